@@ -1,0 +1,1 @@
+"""Baseline memory methods; each follows `tepa.protocol.Memory`."""

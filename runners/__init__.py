@@ -1,0 +1,1 @@
+"""Runners: the agent loop, LLM backends, the Hydra entry point, episode logs and resume."""

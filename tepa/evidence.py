@@ -1,0 +1,51 @@
+"""Evidence types shared by every memory method, environment and backend.
+
+They are plain frozen dataclasses so that they hash, compare and log cheaply; the memory protocol
+(`tepa.protocol.Memory`) speaks only in these types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """A claim about the world: `value` is valid for `key` (holds=True) or failed for it (holds=False)."""
+
+    key: Hashable
+    value: str
+    holds: bool = True
+    t: int = 0
+    text: str = ""
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """What the agent needs memory for: the task's key when it has one, and its text for ranking."""
+
+    key: Hashable | None = None
+    text: str = ""
+    t: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """One retrievable item, rendered as one line of the prompt.
+
+    `ref` identifies the stored item inside its memory (a precedent id, an observation index) so that
+    `feedback` can find what was used. `support` / `conflict` are the method's counts where it keeps
+    them (TEPA precedents) and None where it does not (raw observations).
+    """
+
+    key: Hashable
+    value: str
+    holds: bool
+    t: int
+    text: str = ""
+    source: str = ""
+    ref: int = -1
+    support: int | None = None
+    conflict: int | None = None
