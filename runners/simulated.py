@@ -1,0 +1,97 @@
+"""The offline simulated LLM: a deterministic stand-in *reader* of the rendered prompt.
+
+It models how an LLM reads memory, not a real one; its numbers say what the memory methods would do
+for a reader that behaves like this. It sees exactly the text a real model gets (the messages) and its
+seed, never hidden state. The behaviour model, for a multiple-choice prompt with options o:
+
+1. With probability `lapse` it answers a uniformly random option (attention slips).
+2. Otherwise each option gets a score from the memory lines that name it (by the quoted value):
+   a line with support s and conflicts f (raw observations: s=1 for VALID, f=1 for FAILED) adds
+   `recency * (w_support * log1p(s) - w_failure * log1p(f))`, where
+   `recency = 0.5 ** ((step - line_step) / half_life)`: counts saturate (a line saying "support 50"
+   is not fifty times as convincing) and old lines fade but never vanish.
+   An in-session statement (the hint line) naming an option adds `w_hint`.
+3. It answers the best-scoring option; ties (e.g. no evidence at all) are broken by a uniformly random
+   prior guess among the tied options.
+
+For free-form questions (no options) it answers the value of the best-scoring memory line (same scores,
+over values), or "unknown" without evidence.
+
+Randomness comes from a generator seeded by sha256(seed, prompt text), so the reply is a function of
+the prompt and the seed alone. The parameters are global: calibrated once for all methods and settings
+(see conf/llm/simulated.yaml), never per method.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+from dataclasses import dataclass
+
+from runners.backend import Reply, Request
+from runners.prompt import EVIDENCE_LINE, HINT_PREFIX, LABELS, OPTION_LINE, STEP_LINE, estimate_tokens
+
+
+@dataclass
+class SimulatedBackend:
+    lapse: float = 0.05
+    w_support: float = 1.0
+    w_failure: float = 1.0
+    w_hint: float = 3.0
+    half_life: float = 200.0
+    name: str = "simulated"
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.lapse <= 1.0:
+            raise ValueError(f"lapse={self.lapse}: must be in [0, 1]")
+        for field in ("w_support", "w_failure", "w_hint"):
+            if getattr(self, field) < 0:
+                raise ValueError(f"{field}={getattr(self, field)}: must be >= 0")
+        if self.half_life <= 0:
+            raise ValueError(f"half_life={self.half_life}: must be > 0")
+        self._calls = 0
+
+    async def complete(self, request: Request) -> Reply:
+        return self.answer(request)
+
+    def answer(self, request: Request) -> Reply:
+        """The synchronous core of `complete` (the simulated reader never waits)."""
+        self._calls += 1
+        prompt = request.messages[-1]["content"]
+        rng = random.Random(hashlib.sha256(f"{request.seed}\x00{prompt}".encode()).digest())
+        options = [m.group("text") for m in OPTION_LINE.finditer(prompt)]
+        scores = self._scores(prompt)
+        if options:
+            text = "Answer: " + LABELS[self._choose(options, scores, prompt, rng)]
+        else:
+            text = "Answer: " + (max(scores, key=lambda v: (scores[v], v)) if scores else "unknown")
+        return Reply(text=text, prompt_tokens=estimate_tokens(request.messages), completion_tokens=3)
+
+    def _scores(self, prompt: str) -> dict[str, float]:
+        step_m = STEP_LINE.search(prompt)
+        now = int(step_m.group("t")) if step_m else 0
+        scores: dict[str, float] = {}
+        for m in EVIDENCE_LINE.finditer(prompt):
+            value = json.loads(m.group("value"))
+            if m.group("s") is not None:
+                s, f = int(m.group("s")), int(m.group("f"))
+            else:
+                s, f = (1, 0) if m.group("verdict") == "VALID" else (0, 1)
+            rec = 0.5 ** (max(0, now - int(m.group("t"))) / self.half_life)
+            delta = rec * (self.w_support * math.log1p(s) - self.w_failure * math.log1p(f))
+            scores[value] = scores.get(value, 0.0) + delta
+        return scores
+
+    def _choose(self, options: list[str], scores: dict[str, float], prompt: str, rng: random.Random) -> int:
+        if rng.random() < self.lapse:
+            return rng.randrange(len(options))
+        hint = next((ln for ln in prompt.splitlines() if ln.startswith(HINT_PREFIX)), "")
+        totals = [scores.get(o, 0.0) + (self.w_hint if o and f'"{o}"' in hint else 0.0) for o in options]
+        best = max(totals)
+        tied = [i for i, v in enumerate(totals) if v >= best - 1e-12]
+        return tied[rng.randrange(len(tied))]
+
+    def stats(self) -> dict:
+        return {"calls": self._calls}
