@@ -1,0 +1,165 @@
+"""Find and read run logs: episodes.parquet, archive.jsonl and meta.json of every complete run.
+
+A run directory is any directory under the root that holds a meta.json with `"complete": true` (the
+runner writes it last, atomically), so interrupted runs are skipped and the layout below the root may
+grow extra levels (a sweep's parameter folders, say). Labels (experiment, env, memory, seed) come from
+the episode rows, not from the path.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+log = logging.getLogger(__name__)
+
+LABELS = ("experiment", "env", "memory", "seed")
+REQUIRED_COLUMNS = (*LABELS, "t", "phase", "success")
+#: Cumulative memory counters from each episode's snapshot; baselines may not log them (read as 0).
+COUNTERS = ("promotions", "revocations", "repromotions", "trials", "trial_passes")
+STATE_COUNTS = ("hypothesis", "active", "revoked")
+EVENT_COLUMNS = ("t", "event", "reason", "id", "key", "value", "s", "f", "state")
+#: Columns too large to be worth loading for analysis (the raw model reply).
+SKIPPED_COLUMNS = ("reply",)
+#: The threshold-sweep experiment: its runs share labels and differ only in their resolved config.
+SWEEP_EXPERIMENT = "sweep_thresholds"
+
+
+@dataclass(frozen=True)
+class RunLogs:
+    """Everything the analysis reads, one frame per log kind.
+
+    episodes: one row per episode of every run, plus `run` (the run directory relative to the root).
+    events: one row per archive lifecycle event, with `run` and the run's labels.
+    runs: one row per run: `run`, the labels, `n_episodes`, and `config` (meta.json flattened to
+    dotted keys, e.g. "config.memory.theta_rev").
+    """
+
+    episodes: pd.DataFrame
+    events: pd.DataFrame
+    runs: pd.DataFrame
+
+
+def flatten(mapping: dict, prefix: str = "") -> dict[str, object]:
+    """Flatten nested dicts to dotted keys: {"a": {"b": 1}} -> {"a.b": 1}."""
+    flat: dict[str, object] = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def read_meta(run_dir: Path) -> dict:
+    """meta.json of a run, or {} when it is missing or unreadable (a run still being written)."""
+    try:
+        meta = json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def is_complete(run_dir: Path) -> bool:
+    """A run is complete when its meta.json says so and its episode log exists."""
+    return read_meta(run_dir).get("complete") is True and (run_dir / "episodes.parquet").is_file()
+
+
+def find_runs(root: str | Path) -> list[Path]:
+    """Complete run directories under `root`, in sorted (deterministic) order."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ValueError(f"root: {root} is not a directory")
+    candidates = sorted(p.parent for p in root.rglob("meta.json"))
+    complete = [p for p in candidates if is_complete(p)]
+    if len(complete) < len(candidates):
+        log.info("skipping %d incomplete run(s) under %s", len(candidates) - len(complete), root)
+    return complete
+
+
+def read_episodes(run_dir: Path) -> pd.DataFrame:
+    """episodes.parquet of one run, without the raw replies; missing counters filled with 0."""
+    path = run_dir / "episodes.parquet"
+    names = pq.read_schema(path).names
+    missing = [c for c in REQUIRED_COLUMNS if c not in names]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
+    columns = [c for c in names if c not in SKIPPED_COLUMNS]
+    frame = pq.read_table(path, columns=columns).to_pandas()
+    for name in (*COUNTERS, *STATE_COUNTS):
+        if name not in frame:
+            frame[name] = 0
+    frame[[*COUNTERS, *STATE_COUNTS]] = frame[[*COUNTERS, *STATE_COUNTS]].fillna(0).astype("int64")
+    frame["success"] = frame["success"].astype(bool)
+    return frame
+
+
+def read_events(run_dir: Path) -> pd.DataFrame:
+    """archive.jsonl of one run as a frame (empty, with the event columns, when there is none)."""
+    path = run_dir / "archive.jsonl"
+    rows = []
+    if path.is_file():
+        with path.open(encoding="utf-8") as handle:
+            rows = [json.loads(line) for line in handle if line.strip()]
+    frame = pd.DataFrame(rows)
+    for name in EVENT_COLUMNS:
+        if name not in frame:
+            frame[name] = pd.Series(dtype=object)
+    return frame
+
+
+def _labels(frame: pd.DataFrame, run: str) -> dict[str, object]:
+    labels = {}
+    for name in LABELS:
+        values = frame[name].unique()
+        if len(values) != 1:
+            raise ValueError(f"run {run}: column {name} has {len(values)} distinct values, expected one")
+        labels[name] = int(values[0]) if name == "seed" else str(values[0])
+    return labels
+
+
+def _check_unique(runs: pd.DataFrame) -> None:
+    """Two runs with the same labels would be averaged as if they were two seeds: refuse."""
+    regular = runs[runs["experiment"] != SWEEP_EXPERIMENT]
+    dup = regular[regular.duplicated(list(LABELS), keep=False)]
+    if not dup.empty:
+        raise ValueError(
+            "runs with identical (experiment, env, memory, seed) labels: " + ", ".join(sorted(dup["run"]))
+        )
+
+
+def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:
+    """Read every complete run under `root` into one RunLogs (episodes sorted by run and t)."""
+    root = Path(root)
+    episodes, events, runs = [], [], []
+    for run_dir in tqdm(find_runs(root), desc="reading runs", unit="run", disable=not progress):
+        run = run_dir.relative_to(root).as_posix()
+        frame = read_episodes(run_dir)
+        if frame.empty:
+            log.info("run %s has no episodes; skipped", run)
+            continue
+        labels = _labels(frame, run)
+        frame.insert(0, "run", run)
+        episodes.append(frame)
+        archive = read_events(run_dir)
+        for name, value in reversed(labels.items()):
+            archive.insert(0, name, value)
+        archive.insert(0, "run", run)
+        events.append(archive)
+        runs.append({"run": run, **labels, "n_episodes": len(frame), "config": flatten(read_meta(run_dir))})
+    if not runs:
+        raise ValueError(f"root: no complete runs with episodes under {root}")
+    runs_frame = pd.DataFrame(runs)
+    _check_unique(runs_frame)
+    all_episodes = pd.concat(episodes, ignore_index=True).sort_values(["run", "t"], kind="stable")
+    for name in (*COUNTERS, *STATE_COUNTS):
+        all_episodes[name] = all_episodes[name].fillna(0).astype("int64")
+    all_events = pd.concat(events, ignore_index=True)
+    return RunLogs(all_episodes.reset_index(drop=True), all_events, runs_frame)

@@ -1,0 +1,478 @@
+"""Metrics over run logs: success per phase, MPI, paired tests, adaptation speed, lifecycle and cost.
+
+Every estimate is over seeds (one value per run), with the bootstrap CIs of analysis.stats. Frames are
+built in a fixed order (paper experiments first, methods in METHOD_ORDER, phases in stream order), so
+the tables and figures made from them are deterministic.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analysis.load import LABELS, SWEEP_EXPERIMENT, RunLogs
+from analysis.stats import Estimate, bootstrap_ci, holm, mean_ci, paired_comparison
+
+NO_MEMORY = "no_memory"
+ORACLE_RESET = "oracle_reset"
+TEPA_REV = "tepa_rev"
+TEPA_FULL = "tepa_full"
+METHOD_ORDER = (
+    NO_MEMORY,
+    "append_only",
+    "lww",
+    "sliding_window",
+    "reactive",
+    ORACLE_RESET,
+    TEPA_REV,
+    TEPA_FULL,
+    "tepa_norev",
+)
+METHOD_LABELS = {
+    NO_MEMORY: "No Memory",
+    "append_only": "Append-Only",
+    "lww": "LWW",
+    "sliding_window": "Sliding Window",
+    "reactive": "Reactive",
+    ORACLE_RESET: "Oracle Reset",
+    TEPA_REV: "TEPA-Rev",
+    TEPA_FULL: "TEPA-Full",
+    "tepa_norev": "TEPA-NoRev",
+}
+EXPERIMENT_ORDER = ("paper_controlled", "paper_executable", "paper_preference", "paper_memoryagentbench")
+#: Pseudo-phase for the whole stream.
+OVERALL = "overall"
+CONDITION = ["experiment", "env", "memory"]
+DEFAULT_WINDOW = 20
+DEFAULT_TOLERANCE = 0.1
+#: Slack in threshold comparisons so that e.g. 18/20 >= 1 - 0.1 holds despite binary floating point.
+_EPS = 1e-9
+
+
+def method_label(method: str) -> str:
+    """Display name of a method (its config name when it is not one of the nine)."""
+    return METHOD_LABELS.get(method, method)
+
+
+def env_label(env: str) -> str:
+    """Display name of an env label: "memoryagentbench_sh_6k" -> "SH-6k"; others unchanged."""
+    prefix = "memoryagentbench_"
+    if env.startswith(prefix) and env.count("_") == 2:
+        hops, size = env[len(prefix) :].split("_")
+        return f"{hops.upper()}-{size}"
+    return env
+
+
+def _natural(text: str) -> str:
+    return re.sub(r"\d+", lambda m: m.group().zfill(10), text)
+
+
+def sorted_experiments(names: Iterable[str]) -> list[str]:
+    """Paper experiments in paper order, then the others alphabetically."""
+    order = {name: i for i, name in enumerate(EXPERIMENT_ORDER)}
+    return sorted(set(names), key=lambda n: (order.get(n, len(order)), n))
+
+
+def sorted_envs(names: Iterable[str]) -> list[str]:
+    """Env labels in natural order (6k before 32k before 262k)."""
+    return sorted(set(names), key=_natural)
+
+
+def sorted_methods(names: Iterable[str]) -> list[str]:
+    """The nine methods in METHOD_ORDER, then any other (a user's own) alphabetically."""
+    order = {name: i for i, name in enumerate(METHOD_ORDER)}
+    return sorted(set(names), key=lambda n: (order.get(n, len(order)), n))
+
+
+def settings(frame: pd.DataFrame) -> list[tuple[str, str]]:
+    """The (experiment, env) pairs in `frame`, in display order."""
+    if frame.empty:
+        return []
+    pairs = set(zip(frame["experiment"], frame["env"], strict=True))
+    return [(e, v) for e in sorted_experiments(p[0] for p in pairs) for v in sorted_envs(p[1] for p in pairs if p[0] == e)]
+
+
+def phase_orders(episodes: pd.DataFrame) -> dict[tuple[str, str], list[str]]:
+    """Phases of each (experiment, env) in order of first appearance in t (ties by name)."""
+    first = episodes.groupby(["experiment", "env", "phase"], sort=False)["t"].min().reset_index()
+    orders: dict[tuple[str, str], list[str]] = {}
+    for (experiment, env), group in first.groupby(["experiment", "env"], sort=False):
+        rows = sorted(zip(group["t"], group["phase"], strict=True))
+        orders[(str(experiment), str(env))] = [str(p) for _, p in rows]
+    return orders
+
+
+def success_per_seed(episodes: pd.DataFrame) -> pd.DataFrame:
+    """Success rate of each run in each phase and over the whole stream (phase OVERALL).
+
+    Columns: run, experiment, env, memory, seed, phase, success, n_episodes.
+    """
+    keys = ["run", *LABELS]
+    by_phase = episodes.groupby([*keys, "phase"], sort=False)["success"].agg(["mean", "size"]).reset_index()
+    overall = episodes.groupby(keys, sort=False)["success"].agg(["mean", "size"]).reset_index()
+    overall.insert(len(keys), "phase", OVERALL)
+    frame = pd.concat([by_phase, overall], ignore_index=True)
+    return frame.rename(columns={"mean": "success", "size": "n_episodes"})
+
+
+def _estimate_columns(estimate: Estimate, prefix: str = "") -> dict[str, float]:
+    return {
+        f"{prefix}mean": estimate.mean,
+        f"{prefix}low": estimate.low,
+        f"{prefix}high": estimate.high,
+        f"{prefix}n": estimate.n,
+    }
+
+
+def _phases_with_overall(phases: dict[tuple[str, str], list[str]], setting: tuple[str, str]) -> list[str]:
+    return [*phases.get(setting, []), OVERALL]
+
+
+def summarize_success(per_seed: pd.DataFrame, phases: dict[tuple[str, str], list[str]]) -> pd.DataFrame:
+    """Mean success over seeds with 95% CI per (experiment, env, memory, phase)."""
+    records = []
+    for setting in settings(per_seed):
+        in_setting = per_seed[(per_seed["experiment"] == setting[0]) & (per_seed["env"] == setting[1])]
+        for method in sorted_methods(in_setting["memory"]):
+            rows = in_setting[in_setting["memory"] == method]
+            for phase in _phases_with_overall(phases, setting):
+                values = rows.loc[rows["phase"] == phase, "success"].to_numpy()
+                if len(values):
+                    records.append(
+                        {"experiment": setting[0], "env": setting[1], "memory": method, "phase": phase}
+                        | _estimate_columns(mean_ci(values))
+                    )
+    return pd.DataFrame.from_records(records)
+
+
+def _matched(rows: pd.DataFrame, method: str, other: str, phase: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per-seed values of two methods on the seeds both have, in seed order."""
+    at = rows[rows["phase"] == phase]
+    a = at[at["memory"] == method].set_index("seed")["success"]
+    b = at[at["memory"] == other].set_index("seed")["success"]
+    seeds = sorted(set(a.index) & set(b.index))
+    return a.loc[seeds].to_numpy(dtype=float), b.loc[seeds].to_numpy(dtype=float)
+
+
+def _pollution(reference: np.ndarray, method: np.ndarray, axis: int = -1) -> np.ndarray:
+    ref = np.mean(reference, axis=axis)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (ref - np.mean(method, axis=axis)) / ref
+
+
+def mpi(
+    per_seed: pd.DataFrame, phases: dict[tuple[str, str], list[str]], *, reference: str = NO_MEMORY
+) -> pd.DataFrame:
+    """Memory Pollution Index per method and phase: (S_ref - S_m) / S_ref, S_ref = No Memory's success.
+
+    S_ref and S_m are means over the seeds both methods ran (seed-matched), so MPI is a ratio of means
+    (the paper's Append-Only: (0.309 - 0.210) / 0.309 = 0.32). The CI resamples seeds jointly (paired
+    bootstrap of the ratio). MPI > 0: memory made the agent worse than no memory at all. NaN when
+    S_ref = 0. Settings without `reference` runs are absent from the result.
+    """
+    records = []
+    for setting in settings(per_seed):
+        rows = per_seed[(per_seed["experiment"] == setting[0]) & (per_seed["env"] == setting[1])]
+        if reference not in set(rows["memory"]):
+            continue
+        for method in sorted_methods(rows["memory"]):
+            if method == reference:
+                continue
+            for phase in _phases_with_overall(phases, setting):
+                ref, values = _matched(rows, reference, method, phase)
+                if not len(ref):
+                    continue
+                if ref.mean() == 0:
+                    estimate = Estimate(float("nan"), float("nan"), float("nan"), len(ref))
+                else:
+                    estimate = bootstrap_ci((ref, values), _pollution, paired=True)
+                records.append(
+                    {"experiment": setting[0], "env": setting[1], "memory": method, "phase": phase}
+                    | _estimate_columns(estimate)
+                    | {"s_ref": float(ref.mean()), "s_method": float(values.mean())}
+                )
+    return pd.DataFrame.from_records(records)
+
+
+def paired_tests(
+    per_seed: pd.DataFrame, phases: dict[tuple[str, str], list[str]], *, method: str = TEPA_REV
+) -> pd.DataFrame:
+    """`method` against every other method on matched seeds, per setting and phase.
+
+    Each row: mean difference (method - other) with paired bootstrap CI, two-sided sign-flip p-value
+    (exact up to 16 seeds: with fewer than 6 seeds it cannot fall below 0.05), its Holm adjustment across
+    the other methods of the same setting and phase (one family), and Cohen's d_z.
+    """
+    records = []
+    for setting in settings(per_seed):
+        rows = per_seed[(per_seed["experiment"] == setting[0]) & (per_seed["env"] == setting[1])]
+        if method not in set(rows["memory"]):
+            continue
+        others = [m for m in sorted_methods(rows["memory"]) if m != method]
+        for phase in _phases_with_overall(phases, setting):
+            family = []
+            for other in others:
+                a, b = _matched(rows, method, other, phase)
+                if len(a):
+                    family.append((other, paired_comparison(a, b)))
+            adjusted = holm([c.p_value for _, c in family])
+            for (other, c), p_holm in zip(family, adjusted, strict=True):
+                records.append(
+                    {"experiment": setting[0], "env": setting[1], "phase": phase, "memory": method}
+                    | {"other": other, "n": c.n, "mean_method": c.mean_a, "mean_other": c.mean_b}
+                    | {"diff": c.diff.mean, "diff_low": c.diff.low, "diff_high": c.diff.high}
+                    | {"p": c.p_value, "p_holm": float(p_holm), "d_z": c.d_z}
+                )
+    return pd.DataFrame.from_records(records)
+
+
+def recovery_lag(success: Iterable[float], target: float, *, window: int, tolerance: float) -> float:
+    """Episodes of a phase that pass before its success rate is back at `target`.
+
+    Precisely: the smallest i >= 0 such that the mean success over episodes i .. i + window - 1 of the
+    phase (a window lying entirely inside the phase, counted from the boundary) is >= target - tolerance;
+    NaN if no such window exists (the run never recovered within the phase). A phase shorter than
+    `window` uses a window of its whole length. 0 means the first `window` episodes after the boundary
+    were already at the target level.
+    """
+    if window < 1:
+        raise ValueError(f"window: must be >= 1, got {window}")
+    if tolerance < 0:
+        raise ValueError(f"tolerance: must be >= 0, got {tolerance}")
+    s = np.asarray(list(success), dtype=float)
+    if not len(s):
+        return float("nan")
+    w = min(window, len(s))
+    cumulative = np.concatenate(([0.0], np.cumsum(s)))
+    means = (cumulative[w:] - cumulative[:-w]) / w
+    hits = np.flatnonzero(means >= target - tolerance - _EPS)
+    return float(hits[0]) if len(hits) else float("nan")
+
+
+def adaptation(
+    episodes: pd.DataFrame,
+    phases: dict[tuple[str, str], list[str]],
+    *,
+    window: int = DEFAULT_WINDOW,
+    tolerance: float = DEFAULT_TOLERANCE,
+    reference: str | None = None,
+) -> pd.DataFrame:
+    """Adaptation lag of every run after every phase boundary.
+
+    The target is a stable level: the run's mean success over the last `window` episodes of the first
+    phase (its converged performance before any drift). With `reference=None` each run is measured
+    against its own stable level; with a method name (e.g. "oracle_reset") against that method's stable
+    level on the same seed, a common bar for all methods (NaN target and lag when that method has no
+    run on the seed). The lag is `recovery_lag` of the new phase.
+    Columns: experiment, env, memory, seed, phase (the phase entered), boundary_t, target, lag.
+    """
+    if window < 1:
+        raise ValueError(f"window: must be >= 1, got {window}")
+    stable: dict[tuple[str, str, str, int], float] = {}
+    phase_series = []
+    for (experiment, env, memory, seed), run in episodes.groupby(LABELS, sort=False):
+        order = phases[(experiment, env)]
+        by_phase = {p: g for p, g in run.groupby("phase", sort=False)}
+        if len(order) < 2 or order[0] not in by_phase:
+            continue
+        first = by_phase[order[0]].sort_values("t")["success"].to_numpy(dtype=float)
+        stable[(experiment, env, memory, seed)] = float(first[-window:].mean())
+        for phase in order[1:]:
+            if phase in by_phase:
+                g = by_phase[phase].sort_values("t")
+                phase_series.append((experiment, env, memory, seed, phase, int(g["t"].iloc[0]), g["success"]))
+    records = []
+    for experiment, env, memory, seed, phase, boundary_t, success in phase_series:
+        level_of = memory if reference is None else reference
+        target = stable.get((experiment, env, level_of, seed), float("nan"))
+        lag = (
+            float("nan")
+            if np.isnan(target)
+            else recovery_lag(success, target, window=window, tolerance=tolerance)
+        )
+        records.append(
+            {"experiment": experiment, "env": env, "memory": memory, "seed": int(seed), "phase": phase}
+            | {"boundary_t": boundary_t, "target": target, "lag": lag}
+        )
+    columns = ["experiment", "env", "memory", "seed", "phase", "boundary_t", "target", "lag"]
+    return pd.DataFrame.from_records(records, columns=columns)
+
+
+def summarize_adaptation(
+    lags: pd.DataFrame, phases: dict[tuple[str, str], list[str]], *, reference: str = ORACLE_RESET
+) -> pd.DataFrame:
+    """Mean lag over the seeds that recovered, and each method's lag minus `reference`'s.
+
+    Seeds that never recovered are counted (n_recovered of n) but not averaged: their lag is censored
+    at the phase end. The difference to `reference` is paired over seeds on which both recovered.
+    """
+    records = []
+    if lags.empty:
+        return pd.DataFrame.from_records(records)
+    for setting in settings(lags):
+        rows = lags[(lags["experiment"] == setting[0]) & (lags["env"] == setting[1])]
+        for phase in phases[setting][1:]:
+            at = rows[rows["phase"] == phase]
+            ref = at[at["memory"] == reference].set_index("seed")["lag"]
+            for method in sorted_methods(at["memory"]):
+                lag = at[at["memory"] == method].set_index("seed")["lag"]
+                recovered = lag.dropna()
+                seeds = sorted(set(recovered.index) & set(ref.dropna().index))
+                diff = (
+                    mean_ci(recovered.loc[seeds].to_numpy() - ref.loc[seeds].to_numpy())
+                    if method != reference
+                    else Estimate(float("nan"), float("nan"), float("nan"), 0)
+                )
+                records.append(
+                    {"experiment": setting[0], "env": setting[1], "phase": phase, "memory": method}
+                    | _estimate_columns(mean_ci(recovered.to_numpy()))
+                    | {"n_recovered": len(recovered), "n_runs": len(lag)}
+                    | _estimate_columns(diff, "diff_")
+                )
+    return pd.DataFrame.from_records(records)
+
+
+def run_costs(episodes: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    """Per run: prompt tokens per episode, lifecycle events from the archive, and trial cost.
+
+    promotions / revocations / repromotions count the archive's "promoted" / "revoked" / "repromoted"
+    events. trials and trial_passes are the memory's cumulative counters (a run's total is its largest
+    value; 0 for methods that do not log them). trials_per_promotion = trials / (promotions +
+    repromotions), NaN when nothing was promoted.
+    """
+    frame = episodes.groupby(["run", *LABELS], sort=False)[["trials", "trial_passes"]].max().reset_index()
+    if "prompt_tokens" in episodes:
+        frame["prompt_tokens"] = frame["run"].map(episodes.groupby("run")["prompt_tokens"].mean())
+    else:
+        frame["prompt_tokens"] = np.nan
+    counts = events.groupby(["run", "event"]).size().unstack(fill_value=0) if len(events) else pd.DataFrame()
+    for column, event in (("promotions", "promoted"), ("revocations", "revoked"), ("repromotions", "repromoted")):
+        per_run = counts[event] if event in counts else pd.Series(dtype="int64")
+        frame[column] = frame["run"].map(per_run).fillna(0).astype("int64")
+    promoted = frame["promotions"] + frame["repromotions"]
+    frame["trials_per_promotion"] = (frame["trials"] / promoted.where(promoted > 0)).astype(float)
+    return frame
+
+
+COST_METRICS = ("prompt_tokens", "promotions", "revocations", "repromotions", "trials", "trials_per_promotion")
+
+
+def summarize_costs(costs: pd.DataFrame) -> pd.DataFrame:
+    """Mean over seeds with 95% CI of every per-run cost metric, per condition (long format)."""
+    records = []
+    for setting in settings(costs):
+        rows = costs[(costs["experiment"] == setting[0]) & (costs["env"] == setting[1])]
+        for method in sorted_methods(rows["memory"]):
+            of_method = rows[rows["memory"] == method]
+            for metric in COST_METRICS:
+                values = of_method[metric].dropna().to_numpy(dtype=float)
+                records.append(
+                    {"experiment": setting[0], "env": setting[1], "memory": method, "metric": metric}
+                    | _estimate_columns(mean_ci(values))
+                )
+    return pd.DataFrame.from_records(records)
+
+
+def swept_parameters(runs: pd.DataFrame) -> list[str]:
+    """Config keys of memory parameters that vary across the given runs (from meta.json), sorted.
+
+    A key qualifies when one of its dotted components is "memory" and its values are numbers taking
+    more than one value (e.g. "config.memory.theta_rev").
+    """
+    values: dict[str, set] = {}
+    for config in runs["config"]:
+        for key, value in config.items():
+            numeric = isinstance(value, int | float) and not isinstance(value, bool)
+            if numeric and "memory" in key.split(".")[:-1]:
+                values.setdefault(key, set()).add(value)
+    return sorted(k for k, v in values.items() if len(v) > 1)
+
+
+def sweep_success(per_seed: pd.DataFrame, runs: pd.DataFrame, params: list[str]) -> pd.DataFrame:
+    """Overall success of each swept configuration, mean over seeds with CI.
+
+    Columns: env, memory, one column per parameter (named by its last key component), mean, low,
+    high, n.
+    """
+    names = [p.rsplit(".", 1)[-1] for p in params]
+    configs = runs.set_index("run")["config"]
+    overall = per_seed[per_seed["phase"] == OVERALL].copy()
+    for param, name in zip(params, names, strict=True):
+        overall[name] = overall["run"].map(lambda r, p=param: configs[r].get(p, np.nan))
+    records = []
+    for env in sorted_envs(overall["env"]):
+        of_env = overall[overall["env"] == env]
+        for method in sorted_methods(of_env["memory"]):
+            of_method = of_env[of_env["memory"] == method]
+            for point, group in of_method.groupby(names, sort=True, dropna=False):
+                point = point if isinstance(point, tuple) else (point,)
+                records.append(
+                    {"env": env, "memory": method}
+                    | dict(zip(names, (float(x) for x in point), strict=True))
+                    | _estimate_columns(mean_ci(group["success"].to_numpy(dtype=float)))
+                )
+    return pd.DataFrame.from_records(records)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """All metrics of a set of runs, computed once and shared by tables, figures and the report.
+
+    The threshold-sweep experiment is summarised only in `sweep` (by its swept parameters); every
+    other frame covers the remaining experiments.
+    """
+
+    phases: dict[tuple[str, str], list[str]]
+    per_seed: pd.DataFrame
+    success: pd.DataFrame
+    mpi: pd.DataFrame
+    paired: pd.DataFrame
+    lags: pd.DataFrame
+    adaptation: pd.DataFrame
+    costs: pd.DataFrame
+    cost_summary: pd.DataFrame
+    sweep_params: list[str]
+    sweep: pd.DataFrame
+    window: int
+    tolerance: float
+
+
+def analyse(
+    logs: RunLogs,
+    *,
+    window: int = DEFAULT_WINDOW,
+    tolerance: float = DEFAULT_TOLERANCE,
+    reference: str | None = None,
+) -> Analysis:
+    """Compute every metric of the analysis from loaded run logs (see the functions above)."""
+    is_sweep = logs.episodes["experiment"] == SWEEP_EXPERIMENT
+    episodes, sweep_episodes = logs.episodes[~is_sweep], logs.episodes[is_sweep]
+    events = logs.events[logs.events["experiment"] != SWEEP_EXPERIMENT]
+    phases = phase_orders(logs.episodes)
+    per_seed = success_per_seed(episodes) if len(episodes) else pd.DataFrame(columns=[*LABELS, "phase"])
+    lags = adaptation(episodes, phases, window=window, tolerance=tolerance, reference=reference)
+    costs = run_costs(episodes, events) if len(episodes) else pd.DataFrame(columns=["run", *LABELS])
+    sweep_runs = logs.runs[logs.runs["experiment"] == SWEEP_EXPERIMENT]
+    params = swept_parameters(sweep_runs) if len(sweep_runs) else []
+    sweep = (
+        sweep_success(success_per_seed(sweep_episodes), sweep_runs, params) if params else pd.DataFrame()
+    )
+    return Analysis(
+        phases=phases,
+        per_seed=per_seed,
+        success=summarize_success(per_seed, phases),
+        mpi=mpi(per_seed, phases),
+        paired=paired_tests(per_seed, phases),
+        lags=lags,
+        adaptation=summarize_adaptation(lags, phases),
+        costs=costs,
+        cost_summary=summarize_costs(costs),
+        sweep_params=params,
+        sweep=sweep,
+        window=window,
+        tolerance=tolerance,
+    )

@@ -1,0 +1,268 @@
+"""controlled_drift: K jobs, each completed by one of A actions, under a hidden regime that drifts.
+
+The cleanest setting for memory pollution: the regime (job -> correct action) is fixed within a phase
+and changes at phase boundaries, so whatever memory learned in one phase is stale in the next. The
+default phases are stable (regime R1) -> full_reversal (every job's action changes) -> partial_reversal
+(half of the jobs change again) -> return (R1 exactly, where a revocable memory can re-promote what it
+archived). A changed job moves to an action it has not used in any earlier regime while one is left,
+so a "change" never silently returns to an old regime; only a "return" phase does that.
+
+All jobs share one vocabulary of action names; each task shows them in a freshly shuffled order so that
+a model's position bias cannot stand in for knowledge. The stream never depends on the agent's actions.
+"""
+
+from __future__ import annotations
+
+import operator
+import random
+from bisect import bisect_right
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from numbers import Real
+from typing import Any
+
+from envs.base import TRIAL_KINDS, Outcome, Task
+from tepa.evidence import Observation
+
+ACTION_NAMES = (
+    "rotate-left", "rotate-right", "flip", "compress", "archive", "retry", "restart", "rollback",
+    "patch", "rebuild", "reindex", "migrate", "escalate", "skip", "split", "merge",
+)  # fmt: skip
+CHANGES = ("none", "full", "partial", "return")
+
+
+@dataclass(frozen=True, slots=True)
+class DriftPhase:
+    """One phase: its name, how the regime changes at its start, and its length.
+
+    `change` is "none" (keep the previous regime; the first phase draws R1), "full" (every job moves to
+    a new action), "partial" (a `partial_fraction` of the jobs, drawn at random, move) or "return" (back
+    to the first phase's regime). `length=None` means the environment's `phase_length`.
+    """
+
+    name: str
+    change: str = "none"
+    length: int | None = None
+
+
+DEFAULT_PHASES = (
+    DriftPhase("stable", "none"),
+    DriftPhase("full_reversal", "full"),
+    DriftPhase("partial_reversal", "partial"),
+    DriftPhase("return", "return"),
+)
+
+
+class ControlledDrift:
+    """The controlled-drift environment (see the module docstring).
+
+    Trials (TEPA-Full) run on the regime of the latest task and draw from their own RNG, so they never
+    change the stream:
+    - support: execute the precedent's action on its own job; passes iff it completes the job.
+    - counterfactual: execute it on another job whose current action differs from it (a task where it
+      should not apply); passes iff it fails there. Fails when no such job exists (the action is
+      currently right for every job, so the precedent is not specific to its job).
+    - contamination: after the trial, a random other job's current action still completes that job.
+      Jobs are independent here, so this passes for every well-formed precedent (it is vacuous with a
+      single job); environments with shared state make it bite.
+    A precedent whose key is not a job or whose value is not an action fails every trial.
+    """
+
+    name = "controlled_drift"
+
+    def __init__(
+        self,
+        *,
+        n_keys: int = 8,
+        n_actions: int = 4,
+        phase_length: int = 400,
+        phases: Sequence[DriftPhase | Mapping[str, Any] | Sequence[Any]] | None = None,
+        partial_fraction: float = 0.5,
+    ) -> None:
+        self.n_keys = _int_in("n_keys", n_keys, 1)
+        self.n_actions = _int_in("n_actions", n_actions, 2, len(ACTION_NAMES))
+        self.phase_length = _int_in("phase_length", phase_length, 1)
+        self.partial_fraction = _fraction("partial_fraction", partial_fraction)
+        self.phases = _parse_phases(DEFAULT_PHASES if phases is None else phases, self.phase_length)
+        self._actions = ACTION_NAMES[: self.n_actions]
+        self._action_set = frozenset(self._actions)
+        self._key_set = frozenset(range(self.n_keys))
+        self._texts = tuple(f"Job {k}: pick the action that completes it." for k in range(self.n_keys))
+        self._starts: list[int] = []
+        start = 0
+        for phase in self.phases:
+            self._starts.append(start)
+            start += phase.length  # type: ignore[operator]  # lengths are resolved by _parse_phases
+        self._seed: int | None = None
+        self._regimes: list[tuple[str, ...]] = []
+        self._trial_rng = random.Random(0)
+        self._now = 0
+
+    @property
+    def phase_boundaries(self) -> list[tuple[int, str]]:
+        return [(start, phase.name) for start, phase in zip(self._starts[1:], self.phases[1:], strict=True)]
+
+    def reset(self, seed: int) -> None:
+        self._seed = _int_in("seed", seed, 0)
+        self._regimes = self._draw_regimes(random.Random(f"{self.name}/{self._seed}/regimes"))
+        self._trial_rng = random.Random(f"{self.name}/{self._seed}/trials")
+        self._now = 0
+
+    def tasks(self) -> Iterator[Task]:
+        self._require_reset()
+        return self._stream(random.Random(f"{self.name}/{self._seed}/tasks"))
+
+    def _stream(self, rng: random.Random) -> Iterator[Task]:
+        n_keys, actions, texts = self.n_keys, self._actions, self._texts
+        t = 0
+        for phase, regime in zip(self.phases, self._regimes, strict=True):
+            for _ in range(phase.length):  # type: ignore[arg-type]
+                key = rng.randrange(n_keys)
+                self._now = t
+                yield Task(
+                    key=key,
+                    text=texts[key],
+                    phase=phase.name,
+                    t=t,
+                    options=tuple(rng.sample(actions, len(actions))),
+                    correct=regime[key],
+                )
+                t += 1
+
+    def execute(self, task: Task, action: str) -> Outcome:
+        key = task.key
+        if not isinstance(action, str) or action not in self._action_set:
+            return Outcome(
+                False, (), f"invalid action {_clip(action)}: choose one of {', '.join(task.options)}"
+            )
+        success = self._completes(task.t, key, action)
+        verb = "worked" if success else "failed"
+        obs = Observation(key, action, success, task.t, f'action "{action}" {verb} for job {key}', "outcome")
+        message = f"job {key} completed" if success else f'action "{action}" did not complete job {key}'
+        return Outcome(success, (obs,), message)
+
+    def trial(self, precedent: Any, kind: str) -> bool:
+        if kind not in TRIAL_KINDS:
+            raise ValueError(f"kind must be one of {TRIAL_KINDS}, got {kind!r}")
+        self._require_reset()
+        key, value = getattr(precedent, "key", None), getattr(precedent, "value", None)
+        if not _member(key, self._key_set) or not _member(value, self._action_set):
+            return False
+        now = self._now
+        if kind == "support":
+            return self._completes(now, key, value)
+        regime = self._regime_at(now)
+        others = [k for k in range(self.n_keys) if k != key]
+        if kind == "counterfactual":
+            elsewhere = [k for k in others if regime[k] != value]
+            return bool(elsewhere) and not self._completes(now, self._trial_rng.choice(elsewhere), value)
+        if not others:
+            return True
+        other = self._trial_rng.choice(others)
+        return self._completes(now, other, regime[other])
+
+    def _regime_at(self, t: int) -> tuple[str, ...]:
+        return self._regimes[max(bisect_right(self._starts, t) - 1, 0)]
+
+    def _completes(self, t: int, key: Any, action: str) -> bool:
+        """Executing `action` on job `key` at time `t`: the one place success is decided."""
+        return self._regime_at(t)[key] == action
+
+    def _draw_regimes(self, rng: random.Random) -> list[tuple[str, ...]]:
+        """One regime per phase; a changed job avoids every action it has had, while one is left."""
+        first = tuple(rng.choice(self._actions) for _ in range(self.n_keys))
+        used = [{a} for a in first]
+        regimes = [first]
+        n_partial = max(1, round(self.partial_fraction * self.n_keys))
+        for phase in self.phases[1:]:
+            current = list(regimes[-1])
+            if phase.change == "return":
+                current = list(first)
+            elif phase.change in ("full", "partial"):
+                changed = (
+                    range(self.n_keys)
+                    if phase.change == "full"
+                    else rng.sample(range(self.n_keys), n_partial)
+                )
+                for k in changed:
+                    fresh = [a for a in self._actions if a not in used[k]]
+                    current[k] = rng.choice(fresh or [a for a in self._actions if a != current[k]])
+                    used[k].add(current[k])
+            regimes.append(tuple(current))
+        return regimes
+
+    def _require_reset(self) -> None:
+        if self._seed is None:
+            raise RuntimeError(f"{self.name}: call reset(seed) before using the environment")
+
+
+def _parse_phases(phases: Sequence[Any], phase_length: int) -> tuple[DriftPhase, ...]:
+    """Accept DriftPhase objects, mappings (as Hydra configs give them) or (name, change[, length])."""
+    if isinstance(phases, str | bytes) or not isinstance(phases, Sequence) or not phases:
+        raise ValueError(f"phases must be a non-empty sequence of phases, got {phases!r}")
+    parsed = []
+    for spec in phases:
+        if isinstance(spec, DriftPhase):
+            phase = spec
+        elif isinstance(spec, Mapping):
+            unknown = set(spec) - {"name", "change", "length"}
+            if unknown or "name" not in spec:
+                raise ValueError(
+                    f"phases: each phase needs a name (and optional change, length), got {spec!r}"
+                )
+            phase = DriftPhase(spec["name"], spec.get("change", "none"), spec.get("length"))
+        elif isinstance(spec, Sequence) and not isinstance(spec, str | bytes) and 1 <= len(spec) <= 3:
+            phase = DriftPhase(*spec)
+        else:
+            raise ValueError(f"phases: cannot read phase {spec!r}")
+        if not isinstance(phase.name, str) or not phase.name:
+            raise ValueError(f"phases: phase name must be a non-empty string, got {phase.name!r}")
+        if phase.change not in CHANGES:
+            raise ValueError(
+                f"phases: change of {phase.name!r} must be one of {CHANGES}, got {phase.change!r}"
+            )
+        length = (
+            phase_length if phase.length is None else _int_in(f"phases[{phase.name}].length", phase.length, 1)
+        )
+        parsed.append(DriftPhase(phase.name, phase.change, length))
+    if parsed[0].change != "none":
+        raise ValueError(
+            f"phases: the first phase draws the first regime, so its change must be 'none', "
+            f"got {parsed[0].change!r}"
+        )
+    return tuple(parsed)
+
+
+def _int_in(name: str, value: Any, low: int, high: int | None = None) -> int:
+    """`value` as an int in [low, high]; a ValueError naming the parameter otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+    if number < low or (high is not None and number > high):
+        bounds = f">= {low}" if high is None else f"between {low} and {high}"
+        raise ValueError(f"{name} must be {bounds}, got {number}")
+    return number
+
+
+def _fraction(name: str, value: Any) -> float:
+    """`value` as a float in (0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, Real) or not 0.0 < float(value) <= 1.0:
+        raise ValueError(f"{name} must be a number in (0, 1], got {value!r}")
+    return float(value)
+
+
+def _member(item: Any, items: frozenset) -> bool:
+    """Membership that tolerates unhashable, untrusted items."""
+    try:
+        return item in items
+    except TypeError:
+        return False
+
+
+def _clip(action: Any, limit: int = 60) -> str:
+    """A log-safe rendering of an untrusted action."""
+    text = repr(action)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

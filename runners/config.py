@@ -1,0 +1,428 @@
+"""Structured configs and start-up validation for `python -m runners.run`.
+
+The primary config is typed by `RunConfig` (stored in Hydra's ConfigStore as `run_schema`, the first
+entry of conf/config.yaml's defaults), so Hydra rejects a wrong top-level type or an unknown key while
+composing. The three component nodes (`env`, `memory`, `llm`) are plain `_target_` nodes so that a
+user's own class can replace a project class from the command line; they are checked when a run starts:
+
+- a memory method of the project is checked against its dataclass schema (types, then ranges; the
+  schemas live in the ConfigStore group `schema/memory` so users can read and extend them);
+- any other class (environments, backends, a user's memory) against its constructor's signature:
+  unknown and missing parameters, and the types its annotations name.
+
+Every problem is a `ConfigError` whose message names the key, e.g. "memory.theta_rev=1.5: must be in
+[0, 1]"; Hydra prints such an error as one line and exits non-zero, before any episode runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from hydra.errors import CompactHydraException
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
+# Keys of a component node that configure the harness, not the class: never passed to the constructor.
+RESERVED = frozenset({"_target_", "label"})
+# Parameter names that would hold a secret. Keys live in environment variables (llm.api_key_env).
+_SECRET = re.compile(r"(^|_)(api_?key|key|token|secret|password)$")
+_PROJECT_PACKAGES = ("tepa.", "baselines.", "envs.", "runners.")
+
+
+class ConfigError(CompactHydraException):
+    """A config that cannot run. Hydra prints it as its message alone (no traceback) and exits 1."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# Top level
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunConfig:
+    """The primary config. `seeds` (a list) wins over `seed` when set: one run covers several seeds,
+    run concurrently. `progress`: None shows a bar only on a terminal."""
+
+    env: Any = MISSING
+    memory: Any = MISSING
+    llm: Any = MISSING
+    name: str = "adhoc"
+    seed: int = 0
+    seeds: Optional[list[int]] = None  # noqa: UP045 (OmegaConf does not read `X | None` on 3.11)
+    results_dir: str = "results"
+    progress: Optional[bool] = None  # noqa: UP045
+
+
+# ---------------------------------------------------------------------------------------------------
+# Memory schemas (one per project method; defaults mirror the classes' own)
+# ---------------------------------------------------------------------------------------------------
+
+
+def _unit(key: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{key}={value}: must be in [0, 1]")
+
+
+def _at_least(key: str, value: float, low: float) -> None:
+    if value < low:
+        raise ValueError(f"{key}={value}: must be >= {low}")
+
+
+def _positive(key: str, value: float) -> None:
+    if value <= 0:
+        raise ValueError(f"{key}={value}: must be > 0")
+
+
+@dataclass
+class MemoryConfig:
+    """What every project memory method takes: `top_k` for text retrieval (the shared ranking)."""
+
+    _target_: str = MISSING
+    label: Optional[str] = None  # noqa: UP045
+    top_k: int = 8
+
+    def check(self) -> None:
+        _at_least("top_k", self.top_k, 1)
+
+
+@dataclass
+class NoMemoryConfig(MemoryConfig):
+    _target_: str = "baselines.no_memory.NoMemory"
+
+
+@dataclass
+class AppendOnlyConfig(MemoryConfig):
+    _target_: str = "baselines.append_only.AppendOnly"
+
+
+@dataclass
+class LastWriteWinsConfig(MemoryConfig):
+    _target_: str = "baselines.lww.LastWriteWins"
+
+
+@dataclass
+class OracleResetConfig(MemoryConfig):
+    _target_: str = "baselines.oracle_reset.OracleReset"
+
+
+@dataclass
+class SlidingWindowConfig(MemoryConfig):
+    """Keep the last `n` observations, or (when `steps` is set) those of the last `steps` steps."""
+
+    _target_: str = "baselines.sliding_window.SlidingWindow"
+    n: int = 50
+    steps: Optional[int] = None  # noqa: UP045
+
+    def check(self) -> None:
+        super().check()
+        _at_least("n", self.n, 0)
+        if self.steps is not None:
+            _at_least("steps", self.steps, 0)
+
+
+@dataclass
+class ReactiveConfig(MemoryConfig):
+    """Clear a key's memory after `c` consecutive failures."""
+
+    _target_: str = "baselines.reactive.ReactiveForgetting"
+    c: int = 2
+
+    def check(self) -> None:
+        super().check()
+        _at_least("c", self.c, 1)
+
+
+@dataclass
+class TEPARevConfig(MemoryConfig):
+    """The precedent lifecycle's thresholds (DESIGN.md section 3). Posterior mean m = (a0 + s) /
+    (a0 + b0 + s + f); revoke when s + f >= n_min and m < theta_rev, or when the last m_rec of the
+    last W uses succeed less than theta_rec of the time; promote when m > theta_pro."""
+
+    _target_: str = "tepa.tepa_rev.TEPARev"
+    a0: float = 1.0
+    b0: float = 1.0
+    n_min: int = 3
+    theta_rev: float = 0.4
+    theta_pro: float = 0.6
+    theta_rec: float = 0.5
+    W: int = 5
+    m_rec: int = 3
+
+    def check(self) -> None:
+        super().check()
+        _positive("a0", self.a0)
+        _positive("b0", self.b0)
+        _at_least("n_min", self.n_min, 1)
+        for key in ("theta_rev", "theta_pro", "theta_rec"):
+            _unit(key, getattr(self, key))
+        _at_least("W", self.W, 1)
+        _at_least("m_rec", self.m_rec, 1)
+        if self.m_rec > self.W:
+            raise ValueError(f"m_rec={self.m_rec}: must be <= W={self.W} (only the last W outcomes are kept)")
+
+
+@dataclass
+class TEPANoRevConfig(TEPARevConfig):
+    _target_: str = "tepa.tepa_norev.TEPANoRev"
+
+
+@dataclass
+class TEPAFullConfig(TEPARevConfig):
+    """TEPA-Rev plus trial-by-execution: how many trials of each kind, and how many trial rounds a
+    hypothesis gets before it is archived."""
+
+    _target_: str = "tepa.tepa_full.TEPAFull"
+    n_support: int = 2
+    n_counterfactual: int = 1
+    n_contamination: int = 2
+    max_trial_rounds: int = 3
+
+    def check(self) -> None:
+        super().check()
+        _at_least("n_support", self.n_support, 1)
+        _at_least("n_counterfactual", self.n_counterfactual, 0)
+        _at_least("n_contamination", self.n_contamination, 0)
+        _at_least("max_trial_rounds", self.max_trial_rounds, 1)
+
+
+MEMORY_SCHEMAS: dict[str, type[MemoryConfig]] = {
+    "no_memory": NoMemoryConfig,
+    "append_only": AppendOnlyConfig,
+    "lww": LastWriteWinsConfig,
+    "sliding_window": SlidingWindowConfig,
+    "reactive": ReactiveConfig,
+    "oracle_reset": OracleResetConfig,
+    "tepa_rev": TEPARevConfig,
+    "tepa_norev": TEPANoRevConfig,
+    "tepa_full": TEPAFullConfig,
+}
+_SCHEMA_BY_TARGET = {schema._target_: schema for schema in MEMORY_SCHEMAS.values()}
+
+
+def register() -> None:
+    """Store the schemas in Hydra's ConfigStore and add the `tepa.removeprefix` resolver (which
+    conf/env/memoryagentbench.yaml uses for its label); idempotent, done on import."""
+    OmegaConf.register_new_resolver("tepa.removeprefix", str.removeprefix, replace=True)
+    cs = ConfigStore.instance()
+    cs.store(name="run_schema", node=RunConfig)
+    for name, schema in MEMORY_SCHEMAS.items():
+        cs.store(group="schema/memory", name=name, node=schema)
+
+
+register()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Component:
+    """A validated component: the class to build, its keyword arguments and its results label."""
+
+    group: str
+    target: str
+    cls: type
+    params: dict[str, Any] = field(default_factory=dict)
+    label: str = ""
+
+    def build(self) -> Any:
+        """Construct the component; a ValueError from the class becomes a ConfigError naming the key."""
+        try:
+            return self.cls(**self.params)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(_prefixed(self.group, str(exc), self.params)) from None
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a run needs, checked: the components, the seeds, where results go."""
+
+    name: str
+    seeds: tuple[int, ...]
+    results_dir: str
+    progress: bool | None
+    env: Component
+    memory: Component
+    llm: Component
+    config: dict[str, Any]  # the resolved config (env, memory, llm, run keys), secrets never present
+
+
+def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
+    """Check a composed config and return its RunSpec, or raise ConfigError naming the bad key.
+
+    `choices` are the selected group options (Hydra's `runtime.choices`): the default results labels.
+    """
+    cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])  # Hydra's own node is not ours
+    try:
+        missing = sorted(OmegaConf.missing_keys(cfg))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(_omegaconf_message(exc)) from None
+    if missing:
+        raise ConfigError(f"{missing[0]}: missing required value (set it on the command line: {missing[0]}=...)")
+    try:
+        resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(_omegaconf_message(exc)) from None
+    seeds = tuple(resolved["seeds"]) if resolved.get("seeds") is not None else (resolved["seed"],)
+    if not seeds:
+        raise ConfigError("seeds=[]: must name at least one seed")
+    for s in seeds:
+        if s < 0:
+            raise ConfigError(f"seed={s}: must be >= 0")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds={list(seeds)}: must not repeat a seed")
+    if not resolved["name"] or "/" in resolved["name"]:
+        raise ConfigError(f"name={resolved['name']!r}: must be a non-empty directory name")
+    components = {g: _component(g, resolved[g], choices.get(g)) for g in ("env", "memory", "llm")}
+    config = {k: v for k, v in resolved.items() if k not in ("seed", "seeds")}
+    return RunSpec(
+        name=resolved["name"],
+        seeds=seeds,
+        results_dir=resolved["results_dir"],
+        progress=resolved["progress"],
+        config=config,
+        **components,
+    )
+
+
+def _component(group: str, node: Any, choice: str | None) -> Component:
+    if not isinstance(node, dict) or not isinstance(node.get("_target_"), str) or not node["_target_"]:
+        raise ConfigError(f"{group}._target_: missing required value (the class to build, package.module.Class)")
+    for key in node:
+        if _SECRET.search(key):
+            raise ConfigError(
+                f"{group}.{key}: never put a secret in a config; put it in an environment variable "
+                f"and name that variable with {group}.api_key_env"
+            )
+    target = node["_target_"]
+    schema = _SCHEMA_BY_TARGET.get(target) if group == "memory" else None
+    if schema is not None:
+        params = _check_schema(group, schema, node)
+    else:
+        params = {k: v for k, v in node.items() if k not in RESERVED}
+    cls = _import(group, target)
+    _check_signature(group, target, cls, params)
+    label = node.get("label") or _default_label(target, cls, choice)
+    if not re.fullmatch(r"[A-Za-z0-9_.=+-]+", label):
+        raise ConfigError(f"{group}.label={label!r}: must be a plain directory name (letters, digits, _ . = + -)")
+    return Component(group=group, target=target, cls=cls, params=params, label=label)
+
+
+def _check_schema(group: str, schema: type[MemoryConfig], node: dict[str, Any]) -> dict[str, Any]:
+    """Types via OmegaConf's structured merge, then the schema's ranges."""
+    try:
+        obj = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), node))
+    except ConfigKeyError as exc:
+        accepted = ", ".join(f.name for f in fields(schema) if f.name not in RESERVED)
+        raise ConfigError(f"{group}.{exc.full_key}: not a parameter of {schema._target_} (it takes: {accepted})") from None
+    except ValidationError as exc:
+        expected = _type_name(typing.get_type_hints(schema).get(exc.full_key, Any))
+        raise ConfigError(f"{group}.{exc.full_key}={node.get(exc.full_key)!r}: wrong type, expected {expected}") from None
+    try:
+        obj.check()
+    except ValueError as exc:
+        raise ConfigError(f"{group}.{exc}") from None
+    return {f.name: getattr(obj, f.name) for f in fields(obj) if f.name not in RESERVED}
+
+
+def _omegaconf_message(exc: OmegaConfBaseException) -> str:
+    return f"{getattr(exc, 'full_key', '') or 'config'}: {str(exc).splitlines()[0]}"
+
+
+def _import(group: str, target: str) -> type:
+    module, _, attr = target.rpartition(".")
+    if not module:
+        raise ConfigError(f"{group}._target_={target!r}: must be a dotted path package.module.Class")
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module == exc.name or module.startswith(exc.name + ".")):
+            raise ConfigError(f"{group}._target_={target!r}: no module named {module!r}") from None
+        raise
+    try:
+        return getattr(mod, attr)
+    except AttributeError:
+        raise ConfigError(f"{group}._target_={target!r}: module {module!r} has no attribute {attr!r}") from None
+
+
+def _check_signature(group: str, target: str, cls: type, params: dict[str, Any]) -> None:
+    """Unknown, missing and mistyped constructor arguments, from the signature and its annotations."""
+    try:
+        sig = inspect.signature(cls)
+    except (TypeError, ValueError):  # no signature to check against (a builtin or C extension)
+        return
+    accepted = sig.parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
+        for key in params:
+            if key not in accepted:
+                hint = " (start from memory=custom for a class of your own)" if group == "memory" else ""
+                raise ConfigError(
+                    f"{group}.{key}: not a parameter of {target} (it takes: {', '.join(accepted) or 'none'}){hint}"
+                )
+    for name, p in accepted.items():
+        if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+            continue
+        if p.default is p.empty and name not in params:
+            raise ConfigError(f"{group}.{name}: missing required value (a parameter of {target} without default)")
+    hints = _type_hints(cls)
+    for key, value in params.items():
+        expected = hints.get(key)
+        if expected is not None and not _matches(value, expected):
+            raise ConfigError(f"{group}.{key}={value!r}: wrong type, expected {_type_name(expected)}")
+
+
+def _type_hints(cls: type) -> dict[str, Any]:
+    init = cls.__init__ if isinstance(cls, type) else cls
+    try:
+        return typing.get_type_hints(init)
+    except Exception:  # unresolvable annotations (forward references to optional packages): skip types
+        return {}
+
+
+_SIMPLE = {int: (int,), float: (int, float), str: (str,), bool: (bool,), type(None): (type(None),)}
+
+
+def _matches(value: Any, expected: Any) -> bool:
+    """Whether `value` fits a simple annotation (int, float, str, bool, None, their unions, list,
+    tuple, dict); anything else is not checked."""
+    origin = typing.get_origin(expected)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arg) for arg in typing.get_args(expected))
+    if expected in _SIMPLE:
+        if isinstance(value, bool) and expected in (int, float):
+            return False
+        return isinstance(value, _SIMPLE[expected])
+    if origin in (list, tuple) or expected in (list, tuple):
+        return isinstance(value, (list, tuple))
+    if origin is dict or expected is dict:
+        return isinstance(value, dict)
+    return True
+
+
+def _type_name(expected: Any) -> str:
+    return getattr(expected, "__name__", None) or str(expected).replace("typing.", "")
+
+
+def _default_label(target: str, cls: type, choice: str | None) -> str:
+    """The group option's name; for a class from outside the project, the class's name."""
+    if choice and target.startswith(_PROJECT_PACKAGES):
+        return choice
+    return cls.__name__.lower()
+
+
+def _prefixed(group: str, message: str, params: Mapping[str, Any]) -> str:
+    """Name the key in a class's own error message: "lapse=2: ..." -> "llm.lapse=2: ..."."""
+    head = re.match(r"[A-Za-z_][A-Za-z0-9_]*", message)
+    if head and head.group(0) in params:
+        return f"{group}.{message}"
+    return f"{group}: {message}"

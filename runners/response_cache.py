@@ -1,0 +1,117 @@
+"""On-disk cache of model replies, so that rerunning an experiment against a real model is free and identical.
+
+One SQLite file in WAL mode. A single connection per process is guarded by a lock, so concurrent streams
+(threads or asyncio tasks) can share one cache, and several processes of a Hydra multirun can share one file
+(SQLite's own locking, with a generous busy timeout). Only successful replies are stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS replies (
+    key TEXT PRIMARY KEY,
+    model TEXT NOT NULL,
+    text TEXT NOT NULL,
+    prompt_tokens INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL
+)
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class CachedReply:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def cache_key(model: str, messages: Sequence[Mapping[str, str]], params: Mapping[str, object]) -> str:
+    """sha256 over the model name, the messages and the generation parameters.
+
+    The endpoint's URL is deliberately not part of the key: the same model served elsewhere (a local
+    llama.cpp server today, vLLM tomorrow) answers the same prompt the same way at temperature 0.
+    """
+    payload = json.dumps(
+        {"model": model, "messages": [dict(m) for m in messages], "params": dict(params)},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+class ResponseCache:
+    """A persistent map from `cache_key(...)` to a reply's text and token counts, with hit/miss counters."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.hits = 0
+        self.misses = 0
+        self._lock = threading.Lock()
+        self._connection: sqlite3.Connection | None = None
+        self._pid = -1
+
+    def __repr__(self) -> str:
+        return f"ResponseCache(path={str(self.path)!r})"
+
+    def __getstate__(self) -> dict:
+        # A connection cannot cross a process boundary; it is reopened on first use.
+        return {"path": self.path, "hits": self.hits, "misses": self.misses}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["path"])
+        self.hits, self.misses = state["hits"], state["misses"]
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._connection is None or self._pid != os.getpid():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(_SCHEMA)
+            self._connection, self._pid = conn, os.getpid()
+        return self._connection
+
+    def get(self, key: str) -> CachedReply | None:
+        """The stored reply for `key`, counting a hit or a miss."""
+        with self._lock:
+            row = (
+                self._conn()
+                .execute("SELECT text, prompt_tokens, completion_tokens FROM replies WHERE key = ?", (key,))
+                .fetchone()
+            )
+            if row is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+            return CachedReply(*row)
+
+    def put(self, key: str, model: str, text: str, prompt_tokens: int, completion_tokens: int) -> None:
+        """Store one successful reply (a later put for the same key replaces it)."""
+        with self._lock:
+            self._conn().execute(
+                "INSERT OR REPLACE INTO replies VALUES (?, ?, ?, ?, ?)",
+                (key, model, text, int(prompt_tokens), int(completion_tokens)),
+            )
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._conn().execute("SELECT COUNT(*) FROM replies").fetchone()[0]
+
+    def stats(self) -> dict:
+        return {"cache_hits": self.hits, "cache_misses": self.misses}
+
+    def close(self) -> None:
+        with self._lock:
+            if self._connection is not None and self._pid == os.getpid():
+                self._connection.close()
+            self._connection = None

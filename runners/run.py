@@ -1,0 +1,203 @@
+"""The Hydra entry point: `python -m runners.run [overrides]` (console script `tepa-run`).
+
+One run is one (experiment, env, memory, llm) config over one or more seeds (`seed=0` or
+`seeds=[0,1,2]`); its streams, one per seed, run concurrently under the backend's own concurrency limit
+and log to `results/runs/<experiment>/<env>/<memory>/seed=<n>/` (see `runners.runlog`). A complete
+stream is skipped, an interrupted one resumes. Sweeps are Hydra multiruns (`-m`), launched locally
+(`hydra/launcher=joblib`) or on SLURM (`hydra/launcher=submitit_slurm`). The config is checked before
+any episode runs: a bad value stops the run with one line that names the key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+from tqdm import tqdm
+
+from runners.config import ConfigError, RunSpec, validate
+from runners.loop import run_stream
+from runners.runlog import StaleRunError, StreamLog, fingerprint, stream_dir
+
+log = logging.getLogger(__name__)
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# Backend settings that change how calls are made, not what the model answers: a rerun that changes
+# only these continues (or skips) the same streams.
+OPERATIONAL = frozenset({
+    "api_key_env", "cache_path", "max_concurrency", "timeout", "max_retries", "max_failed_calls",
+    "backoff_base", "backoff_max",
+})  # fmt: skip
+VERSIONED = ("tepa-harness", "hydra-core", "omegaconf", "numpy", "pandas", "pyarrow", "openai", "tqdm")
+
+
+@dataclass(frozen=True)
+class StreamOutcome:
+    """What a run did with one stream: skipped (already complete) or ran, and how many episodes it
+    executed anew versus replayed from an interrupted run's log."""
+
+    directory: Path
+    seed: int
+    skipped: bool
+    episodes_run: int = 0
+    replayed: int = 0
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    streams: tuple[StreamOutcome, ...]
+
+    @property
+    def episodes_run(self) -> int:
+        return sum(s.episodes_run for s in self.streams)
+
+    def describe(self) -> str:
+        skipped = sum(s.skipped for s in self.streams)
+        replayed = sum(s.replayed for s in self.streams)
+        return (
+            f"{len(self.streams)} stream(s): {len(self.streams) - skipped} run, {skipped} skipped (complete); "
+            f"{self.episodes_run} episode(s) executed, {replayed} replayed"
+        )
+
+
+def execute(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSummary:
+    """Validate a composed config and run it (`choices`: the selected group options, for labels)."""
+    spec = validate(cfg, choices)
+    return asyncio.run(run_spec(spec))
+
+
+async def run_spec(spec: RunSpec) -> RunSummary:
+    """Run every seed of `spec` that is not complete yet, concurrently."""
+    logs = {seed: _stream_log(spec, seed) for seed in spec.seeds}
+    try:
+        done = {seed for seed, slog in logs.items() if slog.is_complete()}
+    except StaleRunError as exc:
+        raise ConfigError(str(exc)) from None
+    for seed in done:
+        logs[seed].discard_partial()
+    pending = [seed for seed in spec.seeds if seed not in done]
+    outcomes = {seed: StreamOutcome(logs[seed].dir, seed, skipped=True) for seed in done}
+    if pending:
+        # Build everything before the first episode, so a bad value stops the run before any work.
+        parts = {seed: (spec.env.build(), spec.memory.build()) for seed in pending}
+        backend = spec.llm.build()
+        total = _total([env for env, _ in parts.values()])
+        enabled = spec.progress if spec.progress is not None else sys.stderr.isatty()
+        desc = f"{spec.name} {spec.env.label} {spec.memory.label}"
+        with tqdm(total=total, desc=desc, unit="ep", disable=not enabled, dynamic_ncols=True) as bar:
+            try:
+                results = await asyncio.gather(
+                    *(_run_one(spec, seed, *parts[seed], backend, logs[seed], bar) for seed in pending),
+                    return_exceptions=True,
+                )
+            finally:
+                aclose = getattr(backend, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            raise failures[0]
+        outcomes.update(zip(pending, results, strict=True))
+    return RunSummary(tuple(outcomes[seed] for seed in spec.seeds))
+
+
+async def _run_one(spec: RunSpec, seed: int, env: Any, memory: Any, backend: Any, slog: StreamLog, bar: tqdm) -> StreamOutcome:
+    started, clock = datetime.now(UTC), time.perf_counter()
+    replay = slog.replay()
+    slog.open(replay)
+    labels = {"experiment": spec.name, "env": spec.env.label, "memory": spec.memory.label}
+    try:
+        result = await run_stream(
+            env, memory, backend, seed=seed, labels=labels, replay=replay, on_episode=slog.append, progress=bar
+        )
+    finally:
+        slog.close()
+        close = getattr(env, "close", None)
+        if close is not None:
+            close()
+    meta = {
+        **labels,
+        "seed": seed,
+        "replayed": len(replay),
+        "started_at": started.isoformat(timespec="seconds"),
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "wall_time_s": round(time.perf_counter() - clock, 3),
+        "backend_stats": backend.stats(),  # the run's backend, shared by its concurrent streams
+        "config": {**spec.config, "seed": seed},
+        "versions": _versions(),
+        "git": _git(),
+    }
+    slog.finish(result.records, result.events, meta)
+    return StreamOutcome(slog.dir, seed, skipped=False, episodes_run=len(result.records) - len(replay), replayed=len(replay))
+
+
+def _stream_log(spec: RunSpec, seed: int) -> StreamLog:
+    """A stream's log, keyed by the fingerprint of what determines its episodes."""
+    identity = {
+        "env": {"_target_": spec.env.target, **spec.env.params},
+        "memory": {"_target_": spec.memory.target, **spec.memory.params},
+        "llm": {"_target_": spec.llm.target, **{k: v for k, v in spec.llm.params.items() if k not in OPERATIONAL}},
+        "seed": seed,
+    }
+    directory = stream_dir(spec.results_dir, spec.name, spec.env.label, spec.memory.label, seed)
+    return StreamLog(directory, fingerprint(identity))
+
+
+def _total(envs: list[Any]) -> int | None:
+    """Episodes in all streams, when every environment knows its length (`len(env)`)."""
+    try:
+        return sum(len(env) for env in envs)
+    except TypeError:
+        return None
+
+
+@functools.cache
+def _versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {"python": sys.version.split()[0]}
+    for name in VERSIONED:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+@functools.cache
+def _git() -> dict[str, Any]:
+    """The project's commit and whether tracked files had uncommitted changes (None outside git)."""
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(
+                ["git", "-C", str(PROJECT_ROOT), *args], capture_output=True, text=True, timeout=10, check=True
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip()
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    summary = execute(cfg, HydraConfig.get().runtime.choices)
+    log.info(summary.describe())
+
+
+if __name__ == "__main__":
+    main()

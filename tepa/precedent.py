@@ -1,0 +1,94 @@
+"""A precedent: one (key, value) claim with its evidence counts, lifecycle state and audit trail."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, NamedTuple
+
+from tepa.evidence import Evidence
+
+
+class State(StrEnum):
+    """Lifecycle state. Only ACTIVE precedents are retrievable; REVOKED ones live in the archive."""
+
+    HYPOTHESIS = "hypothesis"
+    ACTIVE = "active"
+    REVOKED = "revoked"
+
+
+class LifecycleEvent(NamedTuple):
+    """One entry of a precedent's history: when, what happened, and why (with the numbers)."""
+
+    t: int
+    event: str
+    reason: str
+
+
+@dataclass(slots=True, eq=False)
+class Precedent:
+    """The belief "`value` is the current value for `key`", with the evidence for and against it.
+
+    `s` / `f` are lifetime support / conflict counts (they never decrease). `s_epoch` / `f_epoch` count
+    the same evidence since the current epoch began (creation, or the last revocation): transitions
+    read the epoch counts so that a revoked precedent is judged on what happened *after* it was revoked,
+    which is what lets it be re-promoted when an old regime returns. `recent` holds the outcomes of the
+    last W uses (from feedback). Identity is the object (and `id`), never the counts.
+    """
+
+    id: int
+    key: Hashable
+    value: str
+    created_t: int
+    recent: deque[bool] = field(repr=False)
+    s: int = 0
+    f: int = 0
+    s_epoch: int = 0
+    f_epoch: int = 0
+    epoch: int = 0
+    state: State = State.HYPOTHESIS
+    updated_t: int = 0
+    text: str = field(default="", repr=False)
+    source: str = field(default="", repr=False)
+    trial_rounds: int = 0
+    history: list[LifecycleEvent] = field(default_factory=list, repr=False)
+    _evidence: Evidence | None = field(default=None, repr=False)
+
+    def posterior_mean(self, a0: float, b0: float) -> float:
+        """Lifetime validity posterior mean, (a0 + s) / (a0 + b0 + s + f)."""
+        return (a0 + self.s) / (a0 + b0 + self.s + self.f)
+
+    def epoch_mean(self, a0: float, b0: float) -> float:
+        """Posterior mean over the current epoch's evidence: the number transitions are decided on."""
+        return (a0 + self.s_epoch) / (a0 + b0 + self.s_epoch + self.f_epoch)
+
+    def evidence(self) -> Evidence:
+        """The retrievable form (cached until the precedent is next updated)."""
+        ev = self._evidence
+        if ev is None:
+            ev = self._evidence = Evidence(
+                self.key, self.value, True, self.updated_t, self.text, self.source, self.id, self.s, self.f
+            )
+        return ev
+
+    def record(self) -> dict[str, Any]:
+        """A JSON-ready audit record: counts, state and the full history."""
+        return {
+            "id": self.id,
+            "key": str(self.key),
+            "value": self.value,
+            "state": self.state.value,
+            "s": self.s,
+            "f": self.f,
+            "s_epoch": self.s_epoch,
+            "f_epoch": self.f_epoch,
+            "epoch": self.epoch,
+            "created_t": self.created_t,
+            "updated_t": self.updated_t,
+            "text": self.text,
+            "source": self.source,
+            "recent": list(self.recent),
+            "history": [e._asdict() for e in self.history],
+        }

@@ -1,0 +1,98 @@
+"""TEPA-Full: TEPA-Rev plus trial-by-execution before every promotion and re-promotion."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+from tepa.lifecycle import PrecedentMemory, check_int
+from tepa.precedent import Precedent, State
+
+TRIAL_KINDS = ("support", "counterfactual", "contamination")
+MIN_PASS_RATE = Fraction(3, 5)  # exact, so that 3 of 5 passes is promoted whatever the float rounding
+
+TrialFn = Callable[[Precedent, str], bool]
+
+
+class TEPAFull(PrecedentMemory):
+    """When a candidate (a hypothesis, or a revoked precedent up for re-promotion) crosses theta_pro,
+    the environment executes it on trial tasks: `n_support` support trials (same key, should succeed),
+    `n_counterfactual` (a perturbed task where it should not apply) and `n_contamination` (other keys,
+    which must not get worse). It is promoted only if at least 60% of the trials pass and at least one
+    support trial passes. Otherwise it stays where it is (event "trial_failed") and is tried again only
+    when new supporting evidence arrives; after `max_trial_rounds` failed rounds in one epoch a
+    hypothesis is archived (revoked, reason "failed trial") and a revoked candidate starts a new epoch.
+    Every trial is a real execution, so trials and passes are counted in `snapshot()` as cost.
+
+    `trial_fn(precedent, kind) -> bool` is usually the environment's `trial`, given here or later via
+    `set_trial`. Other keyword arguments are TEPA-Rev's thresholds.
+    """
+
+    name = "tepa_full"
+
+    def __init__(
+        self,
+        *,
+        trial_fn: TrialFn | None = None,
+        n_support: int = 2,
+        n_counterfactual: int = 1,
+        n_contamination: int = 2,
+        max_trial_rounds: int = 3,
+        **thresholds: Any,
+    ) -> None:
+        super().__init__(**thresholds)
+        self.n_support = check_int("n_support", n_support, 1)
+        self.n_counterfactual = check_int("n_counterfactual", n_counterfactual, 0)
+        self.n_contamination = check_int("n_contamination", n_contamination, 0)
+        self.max_trial_rounds = check_int("max_trial_rounds", max_trial_rounds, 1)
+        self._plan = (
+            ("support", self.n_support),
+            ("counterfactual", self.n_counterfactual),
+            ("contamination", self.n_contamination),
+        )
+        self._trial_fn: TrialFn | None = None
+        self.set_trial(trial_fn)
+
+    def set_trial(self, fn: TrialFn | None) -> None:
+        """Set (or clear) the function that runs one trial: `fn(precedent, kind) -> bool`."""
+        if fn is not None and not callable(fn):
+            raise ValueError(f"trial_fn must be callable (precedent, kind) -> bool, got {fn!r}")
+        self._trial_fn = fn
+
+    def _admit(self, p: Precedent, t: int) -> str | None:
+        """Run one round of trials on `p`; a reason suffix if it passes, None if it does not."""
+        trial = self._trial_fn
+        if trial is None:
+            raise RuntimeError(
+                "TEPAFull has no trial function: pass trial_fn=env.trial to the constructor "
+                "or call set_trial(env.trial) before the first observation"
+            )
+        p.trial_rounds += 1
+        rnd = p.trial_rounds
+        passed = support_passed = total = 0
+        for kind, n in self._plan:
+            for i in range(1, n + 1):
+                ok = bool(trial(p, kind))
+                total += 1
+                self.trials += 1
+                if ok:
+                    passed += 1
+                    self.trial_passes += 1
+                    if kind == "support":
+                        support_passed += 1
+                self.archive.log(
+                    p, t, "trial", f"round {rnd}: {kind} trial {i}/{n} {'passed' if ok else 'failed'}"
+                )
+        summary = f"round {rnd}: {passed}/{total} trials passed, {support_passed} of them support"
+        if support_passed >= 1 and Fraction(passed, total) >= MIN_PASS_RATE:
+            return f"; trials {summary}"
+        exhausted = rnd >= self.max_trial_rounds
+        suffix = ""
+        if exhausted and p.state is State.REVOKED:
+            self._new_epoch(p)
+            suffix = f"; {rnd} failed rounds: a new epoch starts"
+        self.archive.log(p, t, "trial_failed", f"{summary} (needs >= 60% and >= 1 support){suffix}")
+        if exhausted and p.state is State.HYPOTHESIS:
+            self._revoke(p, t, f"failed trial: {rnd} rounds failed (last {passed}/{total})")
+        return None

@@ -1,0 +1,132 @@
+"""Fixtures for the LLM backend tests: a scripted stub endpoint (unit tests) and the real local server.
+
+Test modules import the fixtures they use from here (tests/conftest.py is shared)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from runners.local_llm import LocalLLMUnavailable, find_smollm2_gguf, local_llm_server, server_command
+
+
+def completion(
+    text: str = "Answer: A", usage: bool = True, top_logprobs: list[tuple[str, float]] | None = None
+) -> dict:
+    """A chat completion body as OpenAI and llama.cpp return it."""
+    choice: dict = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+    if top_logprobs is not None:
+        alternatives = [{"token": t, "logprob": lp, "bytes": None} for t, lp in top_logprobs]
+        first = {"token": top_logprobs[0][0], "logprob": top_logprobs[0][1], "top_logprobs": alternatives}
+        choice["logprobs"] = {"content": [first]}
+    body: dict = {
+        "id": "stub",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "stub",
+        "choices": [choice],
+    }
+    if usage:
+        body["usage"] = {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}
+    return body
+
+
+@dataclass
+class StubReply:
+    status: int = 200
+    body: dict | bytes = field(default_factory=completion)
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+class StubServer:
+    """A loopback endpoint that answers POSTs from a script of StubReply (then a default completion) and
+    records every request body (and header set) it received and the most requests it held at once."""
+
+    def __init__(self) -> None:
+        self.script: deque[StubReply] = deque()
+        self.requests: list[dict] = []
+        self.headers: list[dict[str, str]] = []
+        self.in_flight = self.max_in_flight = 0
+        self._lock = threading.Lock()
+        self.default = StubReply()
+        self._stop = threading.Event()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def push(self, *replies: StubReply) -> None:
+        self.script.extend(replies)
+
+    def start(self) -> StubServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with stub._lock:
+                    stub.requests.append(json.loads(body))
+                    stub.headers.append({k.lower(): v for k, v in self.headers.items()})
+                    reply = stub.script.popleft() if stub.script else stub.default
+                    stub.in_flight += 1
+                    stub.max_in_flight = max(stub.max_in_flight, stub.in_flight)
+                if reply.delay:
+                    stub._stop.wait(reply.delay)
+                with stub._lock:
+                    stub.in_flight -= 1
+                payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", "application/json")
+                    for name, value in reply.headers.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True  # the client gave up (a timeout test)
+
+        return Handler
+
+
+@pytest.fixture
+def stub_server() -> Iterator[StubServer]:
+    server = StubServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def llm_server() -> Iterator[str]:
+    """The base_url of a real SmolLM2 llama.cpp server, started once per test session."""
+    try:
+        server_command(find_smollm2_gguf(), 0)
+    except LocalLLMUnavailable as exc:
+        pytest.skip(f"local-llm extra not installed ({exc})")
+    with local_llm_server(n_ctx=4096) as base_url:
+        yield base_url
