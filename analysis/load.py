@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
@@ -84,41 +86,29 @@ def find_runs(root: str | Path) -> list[Path]:
     return complete
 
 
-def read_episodes(run_dir: Path) -> pd.DataFrame:
-    """episodes.parquet of one run, without the raw replies; missing counters filled with 0."""
+def read_episodes(run_dir: Path) -> pa.Table:
+    """episodes.parquet of one run as an Arrow table, without the raw replies."""
     path = run_dir / "episodes.parquet"
     names = pq.read_schema(path).names
     missing = [c for c in REQUIRED_COLUMNS if c not in names]
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
-    columns = [c for c in names if c not in SKIPPED_COLUMNS]
-    frame = pq.read_table(path, columns=columns).to_pandas()
-    for name in (*COUNTERS, *STATE_COUNTS):
-        if name not in frame:
-            frame[name] = 0
-    frame[[*COUNTERS, *STATE_COUNTS]] = frame[[*COUNTERS, *STATE_COUNTS]].fillna(0).astype("int64")
-    frame["success"] = frame["success"].astype(bool)
-    return frame
+    return pq.read_table(path, columns=[c for c in names if c not in SKIPPED_COLUMNS])
 
 
-def read_events(run_dir: Path) -> pd.DataFrame:
-    """archive.jsonl of one run as a frame (empty, with the event columns, when there is none)."""
+def read_events(run_dir: Path) -> list[dict]:
+    """archive.jsonl of one run, one dict per lifecycle event ([] when there is none)."""
     path = run_dir / "archive.jsonl"
-    rows = []
-    if path.is_file():
-        with path.open(encoding="utf-8") as handle:
-            rows = [json.loads(line) for line in handle if line.strip()]
-    frame = pd.DataFrame(rows)
-    for name in EVENT_COLUMNS:
-        if name not in frame:
-            frame[name] = pd.Series(dtype=object)
-    return frame
+    if not path.is_file():
+        return []
+    with path.open(encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
 
 
-def _labels(frame: pd.DataFrame, run: str) -> dict[str, object]:
+def _labels(table: pa.Table, run: str) -> dict[str, object]:
     labels = {}
     for name in LABELS:
-        values = frame[name].unique()
+        values = pc.unique(table[name]).to_pylist()
         if len(values) != 1:
             raise ValueError(f"run {run}: column {name} has {len(values)} distinct values, expected one")
         labels[name] = int(values[0]) if name == "seed" else str(values[0])
@@ -136,30 +126,33 @@ def _check_unique(runs: pd.DataFrame) -> None:
 
 
 def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:
-    """Read every complete run under `root` into one RunLogs (episodes sorted by run and t)."""
+    """Read every complete run under `root` into one RunLogs (episodes sorted by run and t).
+
+    Runs are concatenated as Arrow tables and converted to pandas once (per-run pandas work would
+    dominate the load time of a full reproduction). Counters a run does not log are read as 0.
+    """
     root = Path(root)
-    episodes, events, runs = [], [], []
+    tables, events, runs = [], [], []
     for run_dir in tqdm(find_runs(root), desc="reading runs", unit="run", disable=not progress):
         run = run_dir.relative_to(root).as_posix()
-        frame = read_episodes(run_dir)
-        if frame.empty:
+        table = read_episodes(run_dir)
+        if table.num_rows == 0:
             log.info("run %s has no episodes; skipped", run)
             continue
-        labels = _labels(frame, run)
-        frame.insert(0, "run", run)
-        episodes.append(frame)
-        archive = read_events(run_dir)
-        for name, value in reversed(labels.items()):
-            archive.insert(0, name, value)
-        archive.insert(0, "run", run)
-        events.append(archive)
-        runs.append({"run": run, **labels, "n_episodes": len(frame), "config": flatten(read_meta(run_dir))})
+        labels = _labels(table, run)
+        tables.append(table.append_column("run", pa.array([run] * table.num_rows, pa.string())))
+        events += [{"run": run, **labels, **event} for event in read_events(run_dir)]
+        runs.append(
+            {"run": run, **labels, "n_episodes": table.num_rows, "config": flatten(read_meta(run_dir))}
+        )
     if not runs:
         raise ValueError(f"root: no complete runs with episodes under {root}")
     runs_frame = pd.DataFrame(runs)
     _check_unique(runs_frame)
-    all_episodes = pd.concat(episodes, ignore_index=True).sort_values(["run", "t"], kind="stable")
+    episodes = pa.concat_tables(tables, promote_options="permissive").to_pandas()
     for name in (*COUNTERS, *STATE_COUNTS):
-        all_episodes[name] = all_episodes[name].fillna(0).astype("int64")
-    all_events = pd.concat(events, ignore_index=True)
-    return RunLogs(all_episodes.reset_index(drop=True), all_events, runs_frame)
+        episodes[name] = episodes[name].fillna(0).astype("int64") if name in episodes else 0
+    episodes["success"] = episodes["success"].astype(bool)
+    episodes = episodes.sort_values(["run", "t"], kind="stable").reset_index(drop=True)
+    events_frame = pd.DataFrame(events, columns=["run", *LABELS, *EVENT_COLUMNS] if not events else None)
+    return RunLogs(episodes, events_frame, runs_frame)

@@ -93,7 +93,11 @@ def settings(frame: pd.DataFrame) -> list[tuple[str, str]]:
     if frame.empty:
         return []
     pairs = set(zip(frame["experiment"], frame["env"], strict=True))
-    return [(e, v) for e in sorted_experiments(p[0] for p in pairs) for v in sorted_envs(p[1] for p in pairs if p[0] == e)]
+    return [
+        (e, v)
+        for e in sorted_experiments(p[0] for p in pairs)
+        for v in sorted_envs(p[1] for p in pairs if p[0] == e)
+    ]
 
 
 def phase_orders(episodes: pd.DataFrame) -> dict[tuple[str, str], list[str]]:
@@ -274,7 +278,7 @@ def adaptation(
         raise ValueError(f"window: must be >= 1, got {window}")
     stable: dict[tuple[str, str, str, int], float] = {}
     phase_series = []
-    for (experiment, env, memory, seed), run in episodes.groupby(LABELS, sort=False):
+    for (experiment, env, memory, seed), run in episodes.groupby(list(LABELS), sort=False):
         order = phases[(experiment, env)]
         by_phase = {p: g for p, g in run.groupby("phase", sort=False)}
         if len(order) < 2 or order[0] not in by_phase:
@@ -350,7 +354,11 @@ def run_costs(episodes: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     else:
         frame["prompt_tokens"] = np.nan
     counts = events.groupby(["run", "event"]).size().unstack(fill_value=0) if len(events) else pd.DataFrame()
-    for column, event in (("promotions", "promoted"), ("revocations", "revoked"), ("repromotions", "repromoted")):
+    for column, event in (
+        ("promotions", "promoted"),
+        ("revocations", "revoked"),
+        ("repromotions", "repromoted"),
+    ):
         per_run = counts[event] if event in counts else pd.Series(dtype="int64")
         frame[column] = frame["run"].map(per_run).fillna(0).astype("int64")
     promoted = frame["promotions"] + frame["repromotions"]
@@ -358,7 +366,14 @@ def run_costs(episodes: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-COST_METRICS = ("prompt_tokens", "promotions", "revocations", "repromotions", "trials", "trials_per_promotion")
+COST_METRICS = (
+    "prompt_tokens",
+    "promotions",
+    "revocations",
+    "repromotions",
+    "trials",
+    "trials_per_promotion",
+)
 
 
 def summarize_costs(costs: pd.DataFrame) -> pd.DataFrame:
@@ -439,6 +454,7 @@ class Analysis:
     sweep: pd.DataFrame
     window: int
     tolerance: float
+    reference: str | None
 
 
 def analyse(
@@ -458,9 +474,7 @@ def analyse(
     costs = run_costs(episodes, events) if len(episodes) else pd.DataFrame(columns=["run", *LABELS])
     sweep_runs = logs.runs[logs.runs["experiment"] == SWEEP_EXPERIMENT]
     params = swept_parameters(sweep_runs) if len(sweep_runs) else []
-    sweep = (
-        sweep_success(success_per_seed(sweep_episodes), sweep_runs, params) if params else pd.DataFrame()
-    )
+    sweep = sweep_success(success_per_seed(sweep_episodes), sweep_runs, params) if params else pd.DataFrame()
     return Analysis(
         phases=phases,
         per_seed=per_seed,
@@ -475,4 +489,5 @@ def analyse(
         sweep=sweep,
         window=window,
         tolerance=tolerance,
+        reference=reference,
     )

@@ -11,7 +11,9 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
-TEPA_PAPER = "Zhou, Ouyang, Zheng, Xiang (2026), TEPA: Revoking Stale Memories for Conflict-Robust Language Agents"
+TEPA_PAPER = (
+    "Zhou, Ouyang, Zheng, Xiang (2026), TEPA: Revoking Stale Memories for Conflict-Robust Language Agents"
+)
 MAB_PAPER = "Hu, Wang, McAuley (2025), MemoryAgentBench, arXiv:2507.05257"
 
 #: Metrics a paper number can be: a success rate, an MPI, or a success difference (method - other).
@@ -54,15 +56,30 @@ def _drift(experiment: str, env: str, no_memory: float, polluted: float) -> tupl
 
 
 def _mab(source: str, method: str, value: float, paper: str = TEPA_PAPER) -> PaperNumber:
-    return PaperNumber("paper_memoryagentbench", f"memoryagentbench_{source}", "questions", method, "success", value, False, paper)
+    return PaperNumber(
+        "paper_memoryagentbench",
+        f"memoryagentbench_{source}",
+        "questions",
+        method,
+        "success",
+        value,
+        False,
+        paper,
+    )
 
 
 PAPER_NUMBERS: tuple[PaperNumber, ...] = (
     *_drift("paper_controlled", "controlled_drift", 0.309, 0.210),
     *_drift("paper_executable", "executable_drift", 0.298, 0.203),
-    PaperNumber("paper_preference", "preference_stream", "overall", "append_only", "success", 0.138, False, TEPA_PAPER),
-    PaperNumber("paper_preference", "preference_stream", "overall", "no_memory", "success", 0.837, False, TEPA_PAPER),
-    PaperNumber("paper_preference", "preference_stream", "overall", "tepa_full", "success", 0.910, False, TEPA_PAPER),
+    PaperNumber(
+        "paper_preference", "preference_stream", "overall", "append_only", "success", 0.138, False, TEPA_PAPER
+    ),
+    PaperNumber(
+        "paper_preference", "preference_stream", "overall", "no_memory", "success", 0.837, False, TEPA_PAPER
+    ),
+    PaperNumber(
+        "paper_preference", "preference_stream", "overall", "tepa_full", "success", 0.910, False, TEPA_PAPER
+    ),
     _mab("sh_6k", "tepa_rev", 0.890),
     _mab("sh_6k", "lww", 0.890),
     _mab("sh_6k", "tepa_norev", 0.630),

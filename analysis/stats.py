@@ -130,9 +130,7 @@ def mean_ci(
     )
 
 
-def sign_flip_pvalue(
-    diffs: Sequence[float], *, n_resamples: int = N_RESAMPLES, seed: int = SEED
-) -> float:
+def sign_flip_pvalue(diffs: Sequence[float], *, n_resamples: int = N_RESAMPLES, seed: int = SEED) -> float:
     """Two-sided sign-flip permutation p-value for H0: the paired differences are symmetric about 0.
 
     The statistic is the mean difference. With n <= EXACT_MAX_PAIRS pairs all 2**n sign patterns are
@@ -174,10 +172,10 @@ def cohens_dz(diffs: Sequence[float]) -> float:
     d = np.asarray(diffs, dtype=float)
     if len(d) < 2:
         return float("nan")
-    mean, sd = float(d.mean()), float(d.std(ddof=1))
-    if sd == 0:
+    mean = float(d.mean())
+    if np.ptp(d) == 0:  # checked exactly: std() of equal floats can be a rounding residue, not 0
         return float("nan") if mean == 0 else float(np.copysign(np.inf, mean))
-    return mean / sd
+    return mean / float(d.std(ddof=1))
 
 
 def paired_comparison(

@@ -73,8 +73,8 @@ class ControlledDrift:
     def __init__(
         self,
         *,
-        n_keys: int = 8,
-        n_actions: int = 4,
+        n_keys: int = 4,
+        n_actions: int = 3,
         phase_length: int = 400,
         phases: Sequence[DriftPhase | Mapping[str, Any] | Sequence[Any]] | None = None,
         partial_fraction: float = 0.5,

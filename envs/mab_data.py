@@ -4,7 +4,8 @@ The data is never part of the project. Where it comes from, in order:
 
 1. an explicit `data_dir` (the config key `env.data_dir`), else
 2. the environment variable `TEPA_DATA_DIR`;
-   either folder holds `memoryagentbench/Conflict_Resolution.json` and `mquake/{cloze,question}_templates.json`;
+   either folder holds `memoryagentbench/Conflict_Resolution.json` and
+   `mquake/{cloze,question}_templates.json`;
 3. otherwise, online: the Hugging Face `datasets` library (`pip install 'tepa-harness[datasets]'`) downloads
    `ai-hyz/MemoryAgentBench`, split `Conflict_Resolution`, and the two MQuAKE template files (about 2 kB
    each; they are not on the Hugging Face Hub) are fetched over HTTPS from `princeton-nlp/MQuAKE` at a
@@ -72,11 +73,13 @@ class MQuAKETemplates:
     question: dict[str, str]
 
 
-def load_conflict_resolution(source: str, data_dir: str | os.PathLike | None = None) -> FactConsolidationRecord:
+def load_conflict_resolution(
+    source: str, data_dir: str | os.PathLike | None = None
+) -> FactConsolidationRecord:
     """The row of `source` (one of `SOURCES`), from `data_dir`, `TEPA_DATA_DIR` or the Hub."""
     if source not in SOURCES:
         raise ValueError(f"source: {source!r} is not one of {', '.join(SOURCES)}")
-    folder = _local_folder(data_dir)
+    folder = local_data_dir(data_dir)
     rows = _read_local_rows(str(folder / CONFLICT_FILE)) if folder else _download_rows()
     if source not in rows:
         where = folder / CONFLICT_FILE if folder else f"{HF_DATASET} ({HF_SPLIT})"
@@ -86,21 +89,24 @@ def load_conflict_resolution(source: str, data_dir: str | os.PathLike | None = N
 
 def load_mquake_templates(data_dir: str | os.PathLike | None = None) -> MQuAKETemplates:
     """The MQuAKE cloze and question templates, from the same place as the benchmark data."""
-    folder = _local_folder(data_dir)
+    folder = local_data_dir(data_dir)
     if folder:
         return _read_local_templates(str(folder / TEMPLATE_DIR))
     return _download_templates()
 
 
-def _local_folder(data_dir: str | os.PathLike | None) -> Path | None:
-    """The configured data folder (checked to hold the benchmark file), or None to go online."""
+def local_data_dir(data_dir: str | os.PathLike | None = None) -> Path | None:
+    """The configured data folder (`data_dir`, else `TEPA_DATA_DIR`), checked to hold the benchmark
+    file; None when neither is set (the loaders then go online)."""
     configured, origin = (data_dir, "data_dir") if data_dir else (os.environ.get(DATA_DIR_ENV), DATA_DIR_ENV)
     if not configured:
         return None
     folder = Path(configured).expanduser()
     if not (folder / CONFLICT_FILE).is_file():
-        raise DataNotFoundError(f"{origin}={str(folder)!r} has no {CONFLICT_FILE.as_posix()}. {_HOW_TO_GET_DATA}")
-    return folder
+        raise DataNotFoundError(
+            f"{origin}={str(folder)!r} has no {CONFLICT_FILE.as_posix()}. {_HOW_TO_GET_DATA}"
+        )
+    return folder.resolve()
 
 
 def _record(row: dict[str, Any]) -> FactConsolidationRecord:
@@ -142,7 +148,9 @@ def _download_rows() -> dict[str, FactConsolidationRecord]:
     try:
         import datasets
     except ImportError as e:
-        raise DataNotFoundError(f"No local data and the `datasets` library is not installed. {_HOW_TO_GET_DATA}") from e
+        raise DataNotFoundError(
+            f"No local data and the `datasets` library is not installed. {_HOW_TO_GET_DATA}"
+        ) from e
     try:
         split = datasets.load_dataset(HF_DATASET, split=HF_SPLIT)
     except Exception as e:  # offline, hub outage, auth: all mean "no data here"
@@ -168,7 +176,9 @@ def _download_templates() -> MQuAKETemplates:
             with urllib.request.urlopen(MQUAKE_URL + name, timeout=30) as response:
                 payload = response.read()
         except (urllib.error.URLError, TimeoutError) as e:
-            raise DataNotFoundError(f"Could not download the MQuAKE template {name} ({e}). {_HOW_TO_GET_DATA}") from e
+            raise DataNotFoundError(
+                f"Could not download the MQuAKE template {name} ({e}). {_HOW_TO_GET_DATA}"
+            ) from e
         if hashlib.sha256(payload).hexdigest() != sha256:
             raise DataNotFoundError(f"{MQUAKE_URL + name} does not have the expected sha256 {sha256}")
         folder.mkdir(parents=True, exist_ok=True)

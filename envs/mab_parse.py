@@ -23,10 +23,11 @@ import functools
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from envs.mab_data import FactConsolidationRecord, MQuAKETemplates
+from envs.mab_metric import substring_exact_match
 
 SUBJECT_SLOT, OBJECT_SLOT = "[X]", "__"
 
@@ -61,12 +62,12 @@ class _TemplateMatcher:
                 self.aliases[relation] = canonical[template]
             else:
                 canonical[template] = relation
-        literal = lambda tpl: len(tpl.replace(SUBJECT_SLOT, "").replace(OBJECT_SLOT, ""))  # noqa: E731
         self._templates: list[tuple[str, re.Pattern[str], str, bool]] = []
-        for template in sorted(canonical, key=lambda tpl: -literal(tpl)):
+        for template in sorted(canonical, key=lambda tpl: -_literal_length(tpl)):
             parts = [p for p in re.split(r"(\[X\]|__)", template) if p]
             regex = "".join(
-                "(?P<s>.+?)" if p == SUBJECT_SLOT else "(?P<o>.+)" if p == OBJECT_SLOT else re.escape(p) for p in parts
+                "(?P<s>.+?)" if p == SUBJECT_SLOT else "(?P<o>.+)" if p == OBJECT_SLOT else re.escape(p)
+                for p in parts
             )
             guard = max((p for p in parts if p not in (SUBJECT_SLOT, OBJECT_SLOT)), key=len, default="")
             compiled = re.compile(regex + terminator + r"\Z")
@@ -78,6 +79,11 @@ class _TemplateMatcher:
             if guard in text and (m := regex.match(text)):
                 return m.group("s"), relation, (m.group("o") if has_object else None)
         return None
+
+
+def _literal_length(template: str) -> int:
+    """How specific a template is: the length of its text without the slots."""
+    return len(template.replace(SUBJECT_SLOT, "").replace(OBJECT_SLOT, ""))
 
 
 class MQuAKEParser:
@@ -128,7 +134,7 @@ def parse_context(context: str, parser: MQuAKEParser) -> tuple[FactLine, ...]:
         serial = int(numbered[0]) if numbered else serial + 1
         sentence = numbered[1] if numbered else line
         lines.append(FactLine(serial, line, sentence, parser.fact(sentence) if numbered else None))
-    if any(a.serial >= b.serial for a, b in zip(lines, lines[1:])):
+    if any(a.serial >= b.serial for a, b in zip(lines, lines[1:], strict=False)):
         raise ValueError("context: fact serial numbers are not increasing")
     return tuple(lines)
 
@@ -144,13 +150,13 @@ RELATION_CUES: dict[str, str] = {
     "P30": r"continent",
     "P35": r"head of state|chief of state|president|highest-ranking|chief public representative",
     "P36": r"capital|seat of government|center of government",
-    "P37": r"official",
+    "P37": r"official|language",
     "P40": r"\bchild",
-    "P50": r"author|\bwr(?:ote|itten|iter|iting)\b",
+    "P50": r"author|\bwr(?:ote|itten|iter|iting)\b|creat",
     "P69": r"educat|universit|school|studied|college|alma mater",
     "P106": r"occupation|profession|\bjob\b|\bfield\b|kind of work|\brole\b|work as",
-    "P108": r"employ|works? for|worked for",
-    "P112": r"found|establish",
+    "P108": r"employ|\bwork(?:s|ed)?\b",
+    "P112": r"found|establish|creat",
     "P127": r"\bown",
     "P136": r"genre|music|style",
     "P140": r"religio|faith|believ|worship|practi[cs]",
@@ -172,17 +178,20 @@ RELATION_CUES: dict[str, str] = {
     "P641": r"sport",
     "P740": r"founded in|established in|come into existence|first established",
     "P800": r"famous|notable|known for|significant|greatest contribution",
-    "P937": r"\bwork(?:ed|s)? in\b|work location|location of work|place of work|place of employment|work hours",
+    "P937": r"\bwork(?:ed|s)? in\b|work location|location of (?:the )?work|place of (?:work|employment)"
+    r"|work hours",
     "P1037": r"director|manag",
     "P1412": r"speak|spoken|language",
     "P6": r"head of (?:the )?government|prime minister|chief executive of the country|political leader"
     r"|leader of the government",
 }
-# "the sport of <player>" goes through the player's position: the position hop may be left unsaid.
-IMPLICIT_HOPS = {"P413": "P641"}
+# Hops the paraphrases often leave unsaid, with the relations they lead into: "the sport of <player>" goes
+# through the player's position, "the country of origin of <team>" through the team's sport, "the
+# manager of <song>" through its performer, "the CEO of <software>" through its developer.
+IMPLICIT_HOPS = {"P413": {"P641"}, "P641": {"P495"}, "P175": {"P1037"}, "P178": {"P169"}}
 MAX_HOPS = 4
-_SUBJECT_START = re.compile(r"(?:^|(?<=[\s\"“(]))\S")
-_SUBJECT_END = re.compile(r"(?=[\s\"”),?:;]|'s?\b|'?$)")
+_SUBJECT_START = re.compile(r"(?:^|(?<=[\s\"“'(]))\S")
+_SUBJECT_END = re.compile(r"(?=[\s\"”'),?:;]|$)")
 
 
 def _numbered(line: str) -> tuple[str, str] | None:
@@ -250,11 +259,11 @@ class MultiHopParser:
         return list(found.items())
 
     def _paths(self, subject: str, named: set[str]) -> list[tuple[str, ...]]:
-        allowed = named | {hop for hop, before in IMPLICIT_HOPS.items() if before in named}
+        allowed = named | {hop for hop, nexts in IMPLICIT_HOPS.items() if nexts & named}
         paths: list[tuple[str, ...]] = []
 
         def extend(node: str, path: tuple[str, ...]) -> None:
-            if path and all(IMPLICIT_HOPS.get(r) in (None, nxt) or r in named for r, nxt in _pairs(path)):
+            if path and all(r in named or nxt in IMPLICIT_HOPS[r] for r, nxt in _pairs(path)):
                 paths.append(path)
             if len(path) == MAX_HOPS:
                 return
@@ -269,7 +278,99 @@ class MultiHopParser:
 
 def _pairs(path: tuple[str, ...]) -> list[tuple[str, str | None]]:
     """Each relation with the one after it (None after the last)."""
-    return list(zip(path, (*path[1:], None)))
+    return list(zip(path, (*path[1:], None), strict=True))
 
 
 _CUES = {relation: re.compile(cue) for relation, cue in RELATION_CUES.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedQuestion:
+    """A question with its golds and what parsing made of it: `key` (single-hop sources) or `hops`
+    (multi-hop sources: subject, r1, r2, ...); None where it did not parse."""
+
+    text: str
+    golds: tuple[str, ...]
+    key: tuple[str, str] | None = None
+    hops: tuple[str, ...] | None = None
+
+
+def is_multi_hop(source: str) -> bool:
+    """Whether a FactConsolidation source asks multi-hop questions (factconsolidation_mh_*)."""
+    return source.startswith("factconsolidation_mh_")
+
+
+def parse_questions(
+    record: FactConsolidationRecord, parser: MQuAKEParser, chains: MultiHopParser
+) -> tuple[ParsedQuestion, ...]:
+    """The record's questions, parsed by template (single-hop sources) or by `chains` (multi-hop)."""
+    if not is_multi_hop(record.source):
+        return tuple(
+            ParsedQuestion(q, golds, key=parser.question(q))
+            for q, golds in zip(record.questions, record.answers, strict=True)
+        )
+    return tuple(
+        ParsedQuestion(q, golds, hops=chains.chain(q))
+        for q, golds in zip(record.questions, record.answers, strict=True)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ParseCoverage:
+    """How much of one source parsed. `questions_parsed` counts keys (single-hop) or chains (multi-hop);
+    `answered_by_newest` counts parsed questions whose newest facts (the key's last value, or the chain
+    walked through last values) match a gold answer under the upstream metric: for single-hop sources
+    this is the score of a perfect last-write-wins reader."""
+
+    source: str
+    facts: int
+    facts_parsed: int
+    questions: int
+    questions_parsed: int
+    answered_by_newest: int
+    unparsed_facts: tuple[str, ...] = ()
+    unparsed_questions: tuple[str, ...] = ()
+
+
+def parse_coverage(
+    record: FactConsolidationRecord,
+    lines: Sequence[FactLine],
+    questions: Sequence[ParsedQuestion],
+    newest: MultiHopParser,
+) -> ParseCoverage:
+    """Coverage counts of a parsed source (see `ParseCoverage`); `newest` walks keys and chains through
+    the source's facts."""
+    answered = 0
+    for q in questions:
+        chain = q.hops or q.key
+        value = newest.walk(chain) if chain else None
+        answered += value is not None and substring_exact_match(value, q.golds)
+    return ParseCoverage(
+        source=record.source,
+        facts=len(lines),
+        facts_parsed=sum(line.fact is not None for line in lines),
+        questions=len(questions),
+        questions_parsed=sum((q.hops or q.key) is not None for q in questions),
+        answered_by_newest=answered,
+        unparsed_facts=tuple(line.text for line in lines if line.fact is None),
+        unparsed_questions=tuple(q.text for q in questions if (q.hops or q.key) is None),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedSource:
+    """Everything parsed from one source: its fact lines, questions and coverage counts."""
+
+    record: FactConsolidationRecord
+    lines: tuple[FactLine, ...]
+    questions: tuple[ParsedQuestion, ...]
+    coverage: ParseCoverage
+
+
+def parse_source(record: FactConsolidationRecord, templates: MQuAKETemplates) -> ParsedSource:
+    """Parse a record's facts and questions with `templates` and count the coverage."""
+    parser = parser_for(templates)
+    lines = parse_context(record.context, parser)
+    chains = MultiHopParser(line.fact for line in lines if line.fact)
+    questions = parse_questions(record, parser, chains)
+    return ParsedSource(record, lines, questions, parse_coverage(record, lines, questions, chains))

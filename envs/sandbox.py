@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-from collections.abc import Collection
+import stat
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 MAX_INVOCATION_CHARS = 2000
@@ -30,17 +31,37 @@ class Sandbox:
         if not os.path.isdir(real):
             raise ValueError(f"root must be an existing directory, got {os.fspath(root)!r}")
         self.root = Path(real)
-        self._prefix = real.rstrip(os.sep) + os.sep
+        self._root = str(self.root)
+        self._prefix = self._root.rstrip(os.sep) + os.sep
 
     def resolve(self, path: str) -> Path:
         """`path` (relative to the root, or absolute) with every symlink resolved; `Refused` when the
         result lies outside the sandbox."""
         if not isinstance(path, str) or not path or "\x00" in path:
             raise Refused(f"invalid path {path!r}")
-        real = os.path.realpath(os.path.join(self.root, path))
-        if real != str(self.root) and not real.startswith(self._prefix):
+        real = self._plain(path) or os.path.realpath(os.path.join(self.root, path))
+        if real != self._root and not real.startswith(self._prefix):
             raise Refused(f"path escapes the sandbox: {path}")
         return Path(real)
+
+    def _plain(self, path: str) -> str | None:
+        """The resolution of a relative path with no `..` and no symlink on it (the common case),
+        found with one lstat per part; None when `os.path.realpath` must decide."""
+        if path.startswith("/"):
+            return None
+        current = self._root
+        for part in path.split("/"):
+            if part in ("", "."):
+                continue
+            if part == "..":
+                return None
+            current = f"{current}/{part}"
+            try:
+                if stat.S_ISLNK(os.lstat(current).st_mode):
+                    return None
+            except OSError:
+                pass  # a part that does not exist yet is not a symlink
+        return current
 
     def relative(self, path: str | os.PathLike[str]) -> str:
         """How to name `path` in a message: relative to the root (absolute temp paths would make
@@ -50,17 +71,58 @@ class Sandbox:
 
     def remove(self, path: str) -> None:
         """Delete a file, symlink or directory tree inside the sandbox, without following symlinks."""
-        target = os.path.join(self.resolve(os.path.dirname(path) or "."), os.path.basename(path))
+        try:
+            parent = self.resolve(os.path.dirname(path) or ".")
+        except Refused:
+            return  # the parent leads outside: nothing of the sandbox's is there
+        target = os.path.join(parent, os.path.basename(path))
         if os.path.islink(target) or os.path.isfile(target):
             os.unlink(target)
         elif os.path.isdir(target):
             shutil.rmtree(target)
 
     def write(self, path: str, data: bytes) -> None:
-        """Write `data` to `path` inside the sandbox, creating parent directories."""
+        """Write `data` to a new file `path` inside the sandbox, creating parent directories."""
         target = self.resolve(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
+
+    def restore(self, path: str, files: Mapping[str, bytes]) -> None:
+        """Make `path` (a file, or a folder) hold exactly `files` (root-relative paths under `path`).
+
+        Disk is touched only where something differs: on many file systems rewriting a file costs
+        milliseconds while reading it costs microseconds, and the environment restores inputs before
+        every call.
+        """
+        if not self._holds(path, files):
+            self.remove(path)
+            for name, data in files.items():
+                self.write(name, data)
+
+    def _holds(self, path: str, files: Mapping[str, bytes]) -> bool:
+        full = os.path.join(self.root, path)
+        found: dict[str, bytes] = {}
+        try:
+            if os.path.islink(full):
+                return False
+            if os.path.isfile(full):
+                found[path] = _read(full)
+            for folder, dirs, names in os.walk(full):
+                if any(os.path.islink(os.path.join(folder, d)) for d in dirs):
+                    return False
+                for name in names:
+                    item = os.path.join(folder, name)
+                    if os.path.islink(item) or not os.path.isfile(item):
+                        return False
+                    found[os.path.relpath(item, self.root)] = _read(item)
+        except OSError:
+            return False
+        return found == files
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
 
 
 def parse_invocation(text: str, allowed: Collection[str], sandbox: Sandbox) -> list[str]:
@@ -75,10 +137,13 @@ def parse_invocation(text: str, allowed: Collection[str], sandbox: Sandbox) -> l
         raise Refused(f"refused: an invocation must be a string, got {type(text).__name__}")
     if len(text) > MAX_INVOCATION_CHARS:
         raise Refused(f"refused: the invocation is longer than {MAX_INVOCATION_CHARS} characters")
-    try:
-        argv = shlex.split(text)
-    except ValueError as exc:
-        raise Refused(f"refused: cannot parse the invocation: {exc}") from None
+    if text.isascii() and text.isprintable() and not any(c in text for c in "'\"\\"):
+        argv = text.split()  # what shlex.split gives for plain text, at a tenth of the cost
+    else:
+        try:
+            argv = shlex.split(text)
+        except ValueError as exc:
+            raise Refused(f"refused: cannot parse the invocation: {exc}") from None
     if not argv:
         raise Refused("refused: empty invocation")
     tool = argv[0]

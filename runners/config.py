@@ -30,11 +30,16 @@ from hydra.errors import CompactHydraException
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from envs.base import Environment
+from runners.backend import Backend
+from tepa.protocol import Memory
+
 # Keys of a component node that configure the harness, not the class: never passed to the constructor.
 RESERVED = frozenset({"_target_", "label"})
 # Parameter names that would hold a secret. Keys live in environment variables (llm.api_key_env).
 _SECRET = re.compile(r"(^|_)(api_?key|key|token|secret|password)$")
 _PROJECT_PACKAGES = ("tepa.", "baselines.", "envs.", "runners.")
+PROTOCOLS: dict[str, type] = {"env": Environment, "memory": Memory, "llm": Backend}
 
 
 class ConfigError(CompactHydraException):
@@ -236,11 +241,20 @@ class Component:
     label: str = ""
 
     def build(self) -> Any:
-        """Construct the component; a ValueError from the class becomes a ConfigError naming the key."""
+        """Construct the component; a ValueError from the class becomes a ConfigError naming the key,
+        and so does an object that lacks part of its group's protocol."""
         try:
-            return self.cls(**self.params)
+            obj = self.cls(**self.params)
         except (TypeError, ValueError) as exc:
             raise ConfigError(_prefixed(self.group, str(exc), self.params)) from None
+        protocol = PROTOCOLS[self.group]
+        missing = [m for m in _members(protocol) if not hasattr(obj, m)]
+        if missing:
+            raise ConfigError(
+                f"{self.group}._target_={self.target!r}: does not implement "
+                f"{protocol.__module__}.{protocol.__name__} (missing: {', '.join(missing)})"
+            )
+        return obj
 
 
 @dataclass(frozen=True)
@@ -316,6 +330,12 @@ def _component(group: str, node: Any, choice: str | None) -> Component:
     if not re.fullmatch(r"[A-Za-z0-9_.=+-]+", label):
         raise ConfigError(f"{group}.label={label!r}: must be a plain directory name (letters, digits, _ . = + -)")
     return Component(group=group, target=target, cls=cls, params=params, label=label)
+
+
+def _members(protocol: type) -> list[str]:
+    """A protocol's annotated attributes and public methods."""
+    methods = [m for m, v in vars(protocol).items() if not m.startswith("_") and (callable(v) or isinstance(v, property))]
+    return [*getattr(protocol, "__annotations__", {}), *methods]
 
 
 def _check_schema(group: str, schema: type[MemoryConfig], node: dict[str, Any]) -> dict[str, Any]:

@@ -119,9 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         with local_llm_server(args.port, args.n_ctx, args.n_threads) as base_url:
-            print(
-                f"serving {MODEL_ALIAS} at {base_url} (llm.base_url={base_url} llm.model={MODEL_ALIAS}); Ctrl-C stops"
-            )
+            print(f"serving {MODEL_ALIAS} at {base_url} (model name {MODEL_ALIAS}); Ctrl-C stops", flush=True)
             while True:
                 time.sleep(3600)
     except KeyboardInterrupt:

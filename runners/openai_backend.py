@@ -130,7 +130,9 @@ def _is_loopback(url: str) -> bool:
 
 
 def _parse_completion(body: bytes) -> tuple[str, list[dict] | None, dict]:
-    """(text, top logprobs of the first token or None, usage) from a chat completion body; malformed -> _Transient."""
+    """(text, first token's top logprobs or None, usage) from a chat completion body.
+
+    A body that is not a chat completion raises _Transient: proxies and overloaded servers produce them."""
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -198,7 +200,8 @@ class OpenAIBackend:
         _check(backoff_max >= backoff_base, "backoff_max", backoff_max)
         if not os.environ.get(api_key_env) and not _is_loopback(base_url):
             raise ValueError(
-                f"api_key_env: environment variable {api_key_env} is not set (needed for {_public_url(base_url)})"
+                f"api_key_env: environment variable {api_key_env} is not set "
+                f"(needed for {_public_url(base_url)})"
             )
         self.base_url = base_url
         self.model = model

@@ -16,6 +16,7 @@ import logging
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,8 +34,12 @@ from runners.loop import run_stream
 from runners.runlog import StaleRunError, StreamLog, fingerprint, stream_dir
 
 log = logging.getLogger(__name__)
+# conf/hydra/launcher/{joblib,submitit_slurm}.yaml set this project's launcher defaults under the
+# plugins' own names, which Hydra 1.3 still merges with the plugins' schemas but warns about.
+warnings.filterwarnings("ignore", message=r"(?s).*validated against ConfigStore schema", category=UserWarning)
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+CONF_DIR = PROJECT_ROOT / "conf"  # absolute, so that it resolves the same from `-m`, the script and workers
 # Backend settings that change how calls are made, not what the model answers: a rerun that changes
 # only these continues (or skips) the same streams.
 OPERATIONAL = frozenset({
@@ -81,36 +86,43 @@ def execute(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSummary:
 
 async def run_spec(spec: RunSpec) -> RunSummary:
     """Run every seed of `spec` that is not complete yet, concurrently."""
-    logs = {seed: _stream_log(spec, seed) for seed in spec.seeds}
+    # Build everything before the first episode (and before looking at old runs), so that a bad value
+    # stops the run with its message whatever is on disk.
+    parts: dict[int, tuple[Any, Any]] = {}
+    backend = None
     try:
-        done = {seed for seed, slog in logs.items() if slog.is_complete()}
-    except StaleRunError as exc:
-        raise ConfigError(str(exc)) from None
-    for seed in done:
-        logs[seed].discard_partial()
-    pending = [seed for seed in spec.seeds if seed not in done]
-    outcomes = {seed: StreamOutcome(logs[seed].dir, seed, skipped=True) for seed in done}
-    if pending:
-        # Build everything before the first episode, so a bad value stops the run before any work.
-        parts = {seed: (spec.env.build(), spec.memory.build()) for seed in pending}
+        for seed in spec.seeds:
+            parts[seed] = (spec.env.build(), spec.memory.build())
         backend = spec.llm.build()
-        total = _total([env for env, _ in parts.values()])
+        logs = {seed: _stream_log(spec, seed) for seed in spec.seeds}
+        try:
+            done = {seed for seed, slog in logs.items() if slog.is_complete()}
+        except StaleRunError as exc:
+            raise ConfigError(str(exc)) from None
+        for seed in done:
+            logs[seed].discard_partial()
+        outcomes = {seed: StreamOutcome(logs[seed].dir, seed, skipped=True) for seed in done}
+        pending = [seed for seed in spec.seeds if seed not in done]
+        total = _total([parts[seed][0] for seed in pending])
         enabled = spec.progress if spec.progress is not None else sys.stderr.isatty()
         desc = f"{spec.name} {spec.env.label} {spec.memory.label}"
-        with tqdm(total=total, desc=desc, unit="ep", disable=not enabled, dynamic_ncols=True) as bar:
-            try:
-                results = await asyncio.gather(
-                    *(_run_one(spec, seed, *parts[seed], backend, logs[seed], bar) for seed in pending),
-                    return_exceptions=True,
-                )
-            finally:
-                aclose = getattr(backend, "aclose", None)
-                if aclose is not None:
-                    await aclose()
-        failures = [r for r in results if isinstance(r, BaseException)]
-        if failures:
-            raise failures[0]
-        outcomes.update(zip(pending, results, strict=True))
+        with tqdm(total=total, desc=desc, unit="ep", disable=not enabled or not pending, dynamic_ncols=True) as bar:
+            results = await asyncio.gather(
+                *(_run_one(spec, seed, *parts[seed], backend, logs[seed], bar) for seed in pending),
+                return_exceptions=True,
+            )
+    finally:
+        for env, _ in parts.values():
+            close = getattr(env, "close", None)
+            if close is not None:
+                close()
+        aclose = getattr(backend, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    failures = [r for r in results if isinstance(r, BaseException)]
+    if failures:
+        raise failures[0]
+    outcomes.update(zip(pending, results, strict=True))
     return RunSummary(tuple(outcomes[seed] for seed in spec.seeds))
 
 
@@ -125,9 +137,6 @@ async def _run_one(spec: RunSpec, seed: int, env: Any, memory: Any, backend: Any
         )
     finally:
         slog.close()
-        close = getattr(env, "close", None)
-        if close is not None:
-            close()
     meta = {
         **labels,
         "seed": seed,
@@ -193,11 +202,15 @@ def _git() -> dict[str, Any]:
     return {"commit": commit, "dirty": None if status is None else bool(status)}
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
     summary = execute(cfg, HydraConfig.get().runtime.choices)
     log.info(summary.describe())
 
 
 if __name__ == "__main__":
-    main()
+    # Call the importable `runners.run.main`, not this `__main__` copy: launchers (joblib, submitit)
+    # pickle the task function by reference, and a worker can import `runners.run` but not `__main__`.
+    from runners.run import main as _main
+
+    _main()

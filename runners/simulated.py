@@ -17,8 +17,8 @@ seed, never hidden state. The behaviour model, for a multiple-choice prompt with
 For free-form questions (no options) it answers the value of the best-scoring memory line (same scores,
 over values), or "unknown" without evidence.
 
-Randomness comes from a generator seeded by sha256(seed, prompt text), so the reply is a function of
-the prompt and the seed alone. The parameters are global: calibrated once for all methods and settings
+Randomness comes from a splitmix64 generator seeded by blake2b(seed, prompt text), so the reply is a
+function of the prompt and the seed alone. The parameters are global: calibrated once for all methods and settings
 (see conf/llm/simulated.yaml), never per method.
 """
 
@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import random
 from dataclasses import dataclass
 
 from runners.backend import Reply, Request
@@ -40,7 +39,7 @@ class SimulatedBackend:
     w_support: float = 1.0
     w_failure: float = 1.0
     w_hint: float = 3.0
-    half_life: float = 200.0
+    half_life: float = 1000.0
     name: str = "simulated"
 
     def __post_init__(self) -> None:
@@ -60,7 +59,7 @@ class SimulatedBackend:
         """The synchronous core of `complete` (the simulated reader never waits)."""
         self._calls += 1
         prompt = request.messages[-1]["content"]
-        rng = random.Random(hashlib.sha256(f"{request.seed}\x00{prompt}".encode()).digest())
+        rng = _SplitMix(hashlib.blake2b(f"{request.seed}\x00{prompt}".encode(), digest_size=8).digest())
         options = [m.group("text") for m in OPTION_LINE.finditer(prompt)]
         scores = self._scores(prompt)
         if options:
@@ -73,18 +72,20 @@ class SimulatedBackend:
         step_m = STEP_LINE.search(prompt)
         now = int(step_m.group("t")) if step_m else 0
         scores: dict[str, float] = {}
+        decay = math.log(2.0) / self.half_life
         for m in EVIDENCE_LINE.finditer(prompt):
-            value = json.loads(m.group("value"))
+            raw = m.group("value")
+            value = json.loads(raw) if "\\" in raw else raw[1:-1]
             if m.group("s") is not None:
                 s, f = int(m.group("s")), int(m.group("f"))
             else:
                 s, f = (1, 0) if m.group("verdict") == "VALID" else (0, 1)
-            rec = 0.5 ** (max(0, now - int(m.group("t"))) / self.half_life)
+            rec = math.exp(-max(0, now - int(m.group("t"))) * decay)
             delta = rec * (self.w_support * math.log1p(s) - self.w_failure * math.log1p(f))
             scores[value] = scores.get(value, 0.0) + delta
         return scores
 
-    def _choose(self, options: list[str], scores: dict[str, float], prompt: str, rng: random.Random) -> int:
+    def _choose(self, options: list[str], scores: dict[str, float], prompt: str, rng: _SplitMix) -> int:
         if rng.random() < self.lapse:
             return rng.randrange(len(options))
         hint = next((ln for ln in prompt.splitlines() if ln.startswith(HINT_PREFIX)), "")
@@ -95,3 +96,26 @@ class SimulatedBackend:
 
     def stats(self) -> dict:
         return {"calls": self._calls}
+
+
+class _SplitMix:
+    """A tiny, fast deterministic generator (splitmix64): seeding `random.Random` costs more than the
+    whole decision."""
+
+    _MASK = (1 << 64) - 1
+
+    def __init__(self, seed: bytes) -> None:
+        self._state = int.from_bytes(seed, "little")
+
+    def _next(self) -> int:
+        self._state = (self._state + 0x9E3779B97F4A7C15) & self._MASK
+        z = self._state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & self._MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & self._MASK
+        return z ^ (z >> 31)
+
+    def random(self) -> float:
+        return (self._next() >> 11) / float(1 << 53)
+
+    def randrange(self, n: int) -> int:
+        return self._next() % n

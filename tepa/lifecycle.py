@@ -12,8 +12,10 @@ in retrieved evidence. In the first epoch the epoch counts are the lifetime coun
 exactly the paper's; without epochs a revoked precedent would carry its old conflicts forever and could
 never be re-promoted.
 
-The hot path (observe / retrieve / feedback) touches only the precedents of one key and builds strings
-only when a lifecycle event happens.
+Transitions are checked after every update, each rule when its inputs change (which is equivalent: a
+rule can only become true then): the posterior rules after `observe`, the recent-success rule after
+`feedback`. One update makes at most one transition per precedent. The hot path touches only the
+precedents of one key and builds strings only when a lifecycle event happens.
 """
 
 from __future__ import annotations
@@ -115,16 +117,21 @@ class PrecedentMemory:
                 return
             group = self._by_key[key] = {}
         own = group.get(value)
+        revokes = self.revokes
         if holds:
             for p in group.values():
-                if p is own or p.state is _REVOKED:
+                state = p.state
+                if p is own or state is _REVOKED:
                     continue
                 p.f += 1
                 p.f_epoch += 1
                 p.updated_t = t
                 p._evidence = None
-                if p.state is _ACTIVE and self.revokes:
-                    self._check_revocation(p, t)
+                if state is _ACTIVE and revokes:
+                    s = p.s_epoch
+                    n = s + p.f_epoch
+                    if n >= self.n_min and (self.a0 + s) / (self.a0 + self.b0 + n) < self.theta_rev:
+                        self._revoke_by_posterior(p, t)
             if own is None:
                 self._create(obs, group)
                 return
@@ -140,8 +147,11 @@ class PrecedentMemory:
         own.updated_t = t
         own._evidence = None
         if own.state is _ACTIVE:
-            if self.revokes:
-                self._check_revocation(own, t)
+            if revokes:
+                s = own.s_epoch
+                n = s + own.f_epoch
+                if n >= self.n_min and (self.a0 + s) / (self.a0 + self.b0 + n) < self.theta_rev:
+                    self._revoke_by_posterior(own, t)
         elif holds:
             self._check_promotion(own, t)
 
@@ -164,14 +174,17 @@ class PrecedentMemory:
             p = active.get(ev.ref)
             if p is None:
                 continue
-            p.recent.append(bool(success))
-            if self.revokes:
-                self._check_revocation(p, t)
+            recent = p.recent
+            recent.append(bool(success))
+            if self.revokes and len(recent) >= self.m_rec and sum(recent) / len(recent) < self.theta_rec:
+                self._revoke_by_recent(p, t)
 
     def on_phase_boundary(self, phase: str, t: int) -> None:
         """TEPA is not told about phases: it has to notice change from evidence."""
 
     def snapshot(self) -> dict[str, int]:
+        """Precedents by state, and lifecycle counters: `revocations` counts every move into the archive
+        (posterior rule, recent rule, or TEPA-Full's failed trial); `trials` are 0 outside TEPA-Full."""
         return {
             "hypothesis": self._n_hypothesis,
             "active": len(self._active),
@@ -247,38 +260,32 @@ class PrecedentMemory:
             p.state = _ACTIVE
             self._active[p.id] = p
             self.repromotions += 1
-            self.archive.log(p, t, "repromoted", f"evidence since revocation at t={since}: {reason}")
+            self.archive.log(p, t, "repromoted", f"revoked at t={since}; epoch {p.epoch} evidence: {reason}")
 
     def _admit(self, p: Precedent, t: int) -> str | None:
         """Gate a promotion whose posterior has passed: a suffix for the reason to promote, None to hold.
         TEPA-Rev promotes on the posterior alone."""
         return ""
 
-    def _check_revocation(self, p: Precedent, t: int) -> None:
-        """Revoke an active precedent by the posterior rule or the recent-success rule."""
+    def _revoke_by_posterior(self, p: Precedent, t: int) -> None:
         s, f = p.s_epoch, p.f_epoch
-        if s + f >= self.n_min:
-            m = (self.a0 + s) / (self.a0 + self.b0 + s + f)
-            if m < self.theta_rev:
-                self._revoke(
-                    p,
-                    t,
-                    f"posterior: s_epoch+f_epoch={s}+{f} >= n_min={self.n_min} and "
-                    f"m_epoch=({self.a0:g}+{s})/({self.a0:g}+{self.b0:g}+{s}+{f})={m:.4f} "
-                    f"< theta_rev={self.theta_rev:g}",
-                )
-                return
-        recent = p.recent
-        n = len(recent)
-        if n >= self.m_rec:
-            ok = sum(recent)
-            if ok / n < self.theta_rec:
-                self._revoke(
-                    p,
-                    t,
-                    f"recent: {ok}/{n} of the last uses succeeded = {ok / n:.4f} "
-                    f"< theta_rec={self.theta_rec:g} (m_rec={self.m_rec}, W={self.W})",
-                )
+        m = (self.a0 + s) / (self.a0 + self.b0 + s + f)
+        self._revoke(
+            p,
+            t,
+            f"posterior: s_epoch+f_epoch={s}+{f} >= n_min={self.n_min} and "
+            f"m_epoch=({self.a0:g}+{s})/({self.a0:g}+{self.b0:g}+{s}+{f})={m:.4f} "
+            f"< theta_rev={self.theta_rev:g}",
+        )
+
+    def _revoke_by_recent(self, p: Precedent, t: int) -> None:
+        n, ok = len(p.recent), sum(p.recent)
+        self._revoke(
+            p,
+            t,
+            f"recent: {ok}/{n} of the last uses succeeded = {ok / n:.4f} < theta_rec={self.theta_rec:g} "
+            f"(m_rec={self.m_rec}, W={self.W})",
+        )
 
     def _revoke(self, p: Precedent, t: int, reason: str) -> None:
         """Move `p` (active or hypothesis) to the archive and start its next epoch."""

@@ -52,7 +52,7 @@ def test_default_phases_and_boundaries():
     assert env.phase_boundaries == [(400, "full_reversal"), (800, "partial_reversal"), (1200, "return")]
     for start, phase in [(0, "stable"), *env.phase_boundaries]:
         assert {t.phase for t in tasks[start : start + 400]} == {phase}
-    assert all(t.hint is None and sorted(t.options) == sorted(ACTION_NAMES[:4]) for t in tasks)
+    assert all(t.hint is None and sorted(t.options) == sorted(ACTION_NAMES[:3]) for t in tasks)
     assert len({t.options for t in tasks}) > 1  # options are shuffled per task
 
 

@@ -1,4 +1,5 @@
 """Unit tests of the openai backend against a scripted local stub endpoint (no model needed)."""
+# ruff: noqa: F811  (pytest fixtures imported from llm_fixtures are redefined as test arguments)
 
 import asyncio
 import email.utils
@@ -9,7 +10,7 @@ import time
 
 import pytest
 from fault_proxy import FaultProxy, FaultRates
-from llm_fixtures import StubReply, completion
+from llm_fixtures import StubReply, completion, stub_server  # noqa: F401  (a fixture)
 
 from runners.backend import Backend, Request
 from runners.openai_backend import (
@@ -27,7 +28,6 @@ MESSAGES = (
     {"role": "system", "content": "Pick one option."},
     {"role": "user", "content": "Key 7: A, B or C?"},
 )
-pytest_plugins = ["llm_fixtures"]  # the stub_server fixture
 FAST = {"backoff_base": 0.01, "backoff_max": 0.05, "timeout": 2.0}
 
 

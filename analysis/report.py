@@ -1,0 +1,90 @@
+"""results/README.md: every table and figure on one page, with the paper's numbers kept apart from ours."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.figures import FigureFile
+from analysis.metrics import method_label, sorted_experiments, sorted_methods
+from analysis.tables import Table, markdown_table
+
+SIMULATED_BACKEND_NOTE = (
+    "**About the backend.** The runs behind these results use the default *simulated* LLM backend: "
+    "a documented behaviour model that reads the same rendered prompt a real model receives and "
+    "chooses an option from the evidence lines in it (with a small lapse rate, a prior guess when there "
+    "is no evidence, and weights for support, failure reports, recency and in-session hints). Its few "
+    "parameters were calibrated once, for all methods and settings together, never per method. Its "
+    "numbers therefore model an LLM's reading of the memory; they are not a real LLM's results. Run "
+    "the same experiments with `llm=openai` (any OpenAI-compatible endpoint) for those."
+)
+
+PROVENANCE_NOTE = (
+    "**Whose numbers are these.** Columns and rows labelled *paper* or *[published]* are numbers "
+    "reported in the TEPA paper or in the MemoryAgentBench paper (listed with their sources in the last "
+    "table). Everything else, including every column labelled *ours*, is computed by this harness from "
+    "the run logs under `results/runs/`: means over seeds with 95% bootstrap confidence intervals over "
+    "seeds."
+)
+
+
+def _inventory(runs: pd.DataFrame) -> str:
+    """Which experiments, methods and seeds the tables are built from."""
+    rows = []
+    for experiment in sorted_experiments(runs["experiment"]):
+        of = runs[runs["experiment"] == experiment]
+        methods = ", ".join(method_label(m) for m in sorted_methods(of["memory"]))
+        rows.append([experiment, str(of["env"].nunique()), methods, str(of["seed"].nunique()), str(len(of))])
+    return markdown_table(["Experiment", "Envs", "Methods", "Seeds", "Runs"], rows, labels=3)
+
+
+def render_report(
+    tables: Sequence[Table],
+    figures: Sequence[FigureFile],
+    runs: pd.DataFrame,
+    root: Path,
+    *,
+    backend_note: str = SIMULATED_BACKEND_NOTE,
+) -> str:
+    """The README text; paths of tables and figures are written relative to `root` (results/)."""
+    parts = [
+        "# Results\n",
+        "Regenerate everything on this page from the run logs with `python -m analysis --runs "
+        "results/runs --out results` (`make figures`); tables are also in `tables/` as CSV and LaTeX.\n",
+        PROVENANCE_NOTE + "\n",
+        backend_note + "\n",
+        "## Runs\n",
+        _inventory(runs),
+        "## Tables\n",
+    ]
+    for table in tables:
+        base = f"tables/{table.name}"
+        parts += [
+            f"### {table.title}\n",
+            markdown_table(table.columns, table.rows, table.labels),
+            *([table.note + "\n"] if table.note else []),
+            f"Files: [{base}.csv]({base}.csv), [{base}.tex]({base}.tex)\n",
+        ]
+    if figures:
+        parts.append("## Figures\n")
+    for figure in figures:
+        relative = figure.path.relative_to(root).as_posix()
+        parts += [f"### {figure.title}\n", f"![{figure.title}]({relative})\n"]
+    return "\n".join(parts)
+
+
+def write_report(
+    tables: Sequence[Table],
+    figures: Sequence[FigureFile],
+    runs: pd.DataFrame,
+    root: str | Path,
+    *,
+    backend_note: str = SIMULATED_BACKEND_NOTE,
+) -> Path:
+    """Write `root`/README.md and return its path."""
+    root = Path(root)
+    path = root / "README.md"
+    path.write_text(render_report(tables, figures, runs, root, backend_note=backend_note), encoding="utf-8")
+    return path

@@ -1,0 +1,315 @@
+"""executable_drift: controlled drift in which every action is a real tool invocation on real files.
+
+K jobs (archive a folder, convert a CSV to JSON, write a checksum, write a config, publish a file),
+each with A candidate invocations; the hidden regime is the version of each tool (see `envs.tools`).
+Phases, `phase_length` episodes each: stable (every tool at its stable version) -> full_reversal (every
+tool at a new version) -> partial_reversal (a `partial_fraction` of the tools, drawn at random, move
+to a third version they have not had, or back to the stable one when A = 2) -> return (the stable
+versions exactly). Jobs of one tool drift together, as users of one tool do.
+
+An action runs for real in a per-run sandbox (a temporary directory, removed by `close()` and at
+`reset`): the job's inputs are restored and its old artefacts removed, the command line goes through
+the gate of `envs.sandbox` (shlex, a tool whitelist, every path confined), a persistent worker runs the
+tool under a time limit (`envs.tool_worker`), and success is decided on disk: the expected artefact
+exists with the expected content and format. A stale invocation fails with the tool's real argparse
+error, or runs and leaves the wrong artefact, which the check reports.
+
+Trials (TEPA-Full) run in a separate trial directory, wiped for each trial, under the versions of the
+latest task, and draw from their own RNG, so they never touch the stream:
+- support: run the precedent's invocation for its own job; passes iff the job's artefact is right.
+- counterfactual: run it for its own job under the tool's *other* version (the stable one, or the
+  full-reversal one when the tool is at its stable version), where a precise precedent should not
+  apply; passes iff it does not succeed there.
+- contamination: run it, then (without restoring anything) run a random other job's current
+  invocation in the same directory; passes iff that still succeeds (the precedent broke nothing).
+A precedent whose key is not a job or whose value is not a string fails every trial.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import random
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from numbers import Real
+from pathlib import Path
+from typing import Any
+
+from envs.base import TRIAL_KINDS, Outcome, Task
+from envs.sandbox import MAX_INVOCATION_CHARS, Refused, Sandbox, parse_invocation
+from envs.tool_worker import ToolFn, ToolWorker
+from envs.tools import FLAVOURS, TOOLS, VERSIONS, Tool, subject_for
+from tepa.evidence import Observation
+
+PHASES = ("stable", "full_reversal", "partial_reversal", "return")
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One task key: a tool applied to one subject, with its candidate invocations and input files."""
+
+    key: int
+    tool: Tool
+    subject: str
+    text: str
+    options: tuple[str, ...]
+    fixture: Mapping[str, bytes]
+
+
+class ExecutableDrift:
+    """The executable-drift environment (see the module docstring).
+
+    `tools` picks which of the built-in tools jobs use (job k uses tool k mod len(tools));
+    `extra_tools` adds invocable tools by name, `(argv, version, root) -> message` functions that
+    pickle by reference (tests use it for a tool that hangs). `time_limit` bounds every call in seconds.
+    """
+
+    name = "executable_drift"
+
+    def __init__(
+        self,
+        *,
+        n_keys: int = 10,
+        n_actions: int = 4,
+        phase_length: int = 400,
+        partial_fraction: float = 0.5,
+        time_limit: float = 2.0,
+        tools: Iterable[str] | None = None,
+        extra_tools: Mapping[str, ToolFn] | None = None,
+    ) -> None:
+        self.n_keys = _int_in("n_keys", n_keys, 2)
+        self.n_actions = _int_in("n_actions", n_actions, 2, len(FLAVOURS))
+        self.phase_length = _int_in("phase_length", phase_length, 1)
+        self.partial_fraction = _fraction("partial_fraction", partial_fraction)
+        if isinstance(time_limit, bool) or not isinstance(time_limit, Real) or not 0 < time_limit < math.inf:
+            raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+        self.time_limit = float(time_limit)
+        self._tools = _tools(tools)
+        extra = dict(extra_tools or {})
+        clash = sorted(set(extra) & set(TOOLS))
+        if clash or not all(isinstance(n, str) and n and callable(f) for n, f in extra.items()):
+            raise ValueError(f"extra_tools must map new tool names to functions, got {sorted(extra)!r}")
+        self._allowed = frozenset(t.name for t in self._tools) | frozenset(extra)
+        self._worker = ToolWorker(extra)
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._main: Sandbox | None = None
+        self._trial_root: Path | None = None
+        self._seed: int | None = None
+        self._jobs: dict[int, Job] = {}
+        self._regimes: list[dict[str, str]] = []
+        self._trial_rng = random.Random(0)
+        self._now = 0
+
+    # ----- the protocol
+    @property
+    def phase_boundaries(self) -> list[tuple[int, str]]:
+        return [(i * self.phase_length, phase) for i, phase in enumerate(PHASES) if i]
+
+    @property
+    def sandbox(self) -> Sandbox:
+        """The main stream's sandbox (its root is the working directory of every tool call)."""
+        self._require_reset()
+        assert self._main is not None
+        return self._main
+
+    @property
+    def worker(self) -> ToolWorker:
+        return self._worker
+
+    def reset(self, seed: int) -> None:
+        self._seed = _int_in("seed", seed, 0)
+        self._remove_sandbox()
+        self._tmp = tempfile.TemporaryDirectory(prefix="tepa-executable-")
+        root = Path(self._tmp.name)
+        (root / "main").mkdir()
+        self._main = Sandbox(root / "main")
+        self._trial_root = root / "trial"
+        rng = random.Random(f"{self.name}/{self._seed}/regimes")
+        self._regimes, chosen = self._draw_regimes(rng)
+        self._jobs = {k: self._make_job(k, chosen, rng) for k in range(self.n_keys)}
+        self._trial_rng = random.Random(f"{self.name}/{self._seed}/trials")
+        self._now = 0
+
+    def tasks(self) -> Iterator[Task]:
+        self._require_reset()
+        return self._stream(random.Random(f"{self.name}/{self._seed}/tasks"))
+
+    def execute(self, task: Task, action: str) -> Outcome:
+        self._require_reset()
+        job = self._job_of(task.key)
+        t = _int_in("task.t", task.t, 0, len(PHASES) * self.phase_length - 1)
+        self._now = t
+        success, message = self._attempt(self.sandbox, job, action, self._regime_at(t))
+        if not isinstance(action, str) or len(action) > MAX_INVOCATION_CHARS:
+            return Outcome(False, (), message)
+        text = f'"{action}" succeeded' if success else f'"{action}" failed: {message}'
+        return Outcome(success, (Observation(task.key, action, success, t, text, "outcome"),), message)
+
+    def trial(self, precedent: Any, kind: str) -> bool:
+        if kind not in TRIAL_KINDS:
+            raise ValueError(f"kind must be one of {TRIAL_KINDS}, got {kind!r}")
+        self._require_reset()
+        key, value = getattr(precedent, "key", None), getattr(precedent, "value", None)
+        job = _lookup(self._jobs, key)
+        if job is None or not isinstance(value, str):
+            return False
+        sandbox = self._fresh_trial_sandbox()
+        regime = self._regime_at(self._now)
+        if kind == "support":
+            return self._attempt(sandbox, job, value, regime)[0]
+        if kind == "counterfactual":
+            tool = job.tool.name
+            stable, full = self._regimes[0][tool], self._regimes[1][tool]
+            other = dict(regime, **{tool: full if regime[tool] == stable else stable})
+            return not self._attempt(sandbox, job, value, other)[0]
+        other_job = self._jobs[self._trial_rng.choice([k for k in self._jobs if k != job.key])]
+        other_job.tool.prepare(sandbox, other_job.subject, other_job.fixture)
+        self._attempt(sandbox, job, value, regime)
+        correct = other_job.tool.invocation(other_job.subject, regime[other_job.tool.name])
+        return self._attempt(sandbox, other_job, correct, regime, restore_inputs=False)[0]
+
+    # ----- beyond the protocol
+    def versions_at(self, t: int) -> dict[str, str]:
+        """The hidden regime at episode `t`: tool name -> version."""
+        self._require_reset()
+        return dict(self._regime_at(t))
+
+    def close(self) -> None:
+        """Stop the tool worker and remove the sandbox (idempotent; `reset` starts afresh)."""
+        self._worker.close()
+        self._remove_sandbox()
+        self._seed = None
+
+    def __enter__(self) -> ExecutableDrift:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----- internals
+    def _attempt(
+        self, sandbox: Sandbox, job: Job, action: Any, regime: Mapping[str, str], restore_inputs: bool = True
+    ) -> tuple[bool, str]:
+        """Run `action` for `job` in `sandbox` under `regime`: the one place success is decided."""
+        try:
+            argv = parse_invocation(action, self._allowed, sandbox)
+        except Refused as exc:
+            return False, str(exc)
+        tool = job.tool
+        tool.prepare(sandbox, job.subject, job.fixture, restore_inputs)
+        ok, message = self._worker.call(
+            argv[0], argv[1:], regime.get(argv[0], ""), str(sandbox.root), self.time_limit
+        )
+        if not ok:
+            return False, message
+        problem = tool.verify(sandbox, job.subject, job.fixture, regime[tool.name])
+        return (True, message) if problem is None else (False, problem)
+
+    def _stream(self, rng: random.Random) -> Iterator[Task]:
+        for t in range(len(PHASES) * self.phase_length):
+            key = rng.randrange(self.n_keys)
+            job, regime = self._jobs[key], self._regime_at(t)
+            version = regime[job.tool.name]
+            self._now = t
+            yield Task(
+                key=key,
+                text=job.text,
+                phase=PHASES[t // self.phase_length],
+                t=t,
+                options=tuple(rng.sample(job.options, len(job.options))),
+                correct=job.tool.invocation(job.subject, version),
+                meta={"tool": job.tool.name, "version": version},
+            )
+
+    def _draw_regimes(self, rng: random.Random) -> tuple[list[dict[str, str]], dict[str, tuple[str, ...]]]:
+        """Per phase, tool -> version; and per tool, the versions it takes (which its jobs offer)."""
+        names = [tool.name for tool in self._tools]
+        picks = {name: tuple(rng.sample(sorted(VERSIONS), 3)) for name in names}
+        stable = {name: picks[name][0] for name in names}
+        full = {name: picks[name][1] for name in names}
+        moved = rng.sample(names, max(1, round(self.partial_fraction * len(names))))
+        third = 2 if self.n_actions >= 3 else 0
+        partial = {name: picks[name][third] if name in moved else full[name] for name in names}
+        chosen = {name: tuple(dict.fromkeys((stable[name], full[name], partial[name]))) for name in names}
+        return [stable, full, partial, dict(stable)], chosen
+
+    def _make_job(self, key: int, chosen: Mapping[str, tuple[str, ...]], rng: random.Random) -> Job:
+        """Job `key`: its tool, subject and A candidate invocations (the versions' flavours first)."""
+        tool = self._tools[key % len(self._tools)]
+        subject = subject_for(tool, key // len(self._tools))
+        needed = [(VERSIONS[v].syntax, VERSIONS[v].convention) for v in chosen[tool.name]]
+        spare = [f for f in FLAVOURS if f not in needed]
+        flavours = needed + rng.sample(spare, self.n_actions - len(needed))
+        return Job(
+            key=key,
+            tool=tool,
+            subject=subject,
+            text=f"Job {key}: {tool.describe(subject)}.",
+            options=tuple(tool.render(f, subject) for f in sorted(flavours)),
+            fixture=tool.fixture(subject),
+        )
+
+    def _regime_at(self, t: int) -> dict[str, str]:
+        return self._regimes[min(max(t, 0) // self.phase_length, len(PHASES) - 1)]
+
+    def _job_of(self, key: Any) -> Job:
+        job = _lookup(self._jobs, key)
+        if job is None:
+            raise ValueError(f"task.key must be a job of this environment (0..{self.n_keys - 1}), got {key!r}")
+        return job
+
+    def _fresh_trial_sandbox(self) -> Sandbox:
+        assert self._trial_root is not None
+        shutil.rmtree(self._trial_root, ignore_errors=True)
+        self._trial_root.mkdir()
+        return Sandbox(self._trial_root)
+
+    def _remove_sandbox(self) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+        self._tmp, self._main, self._trial_root = None, None, None
+
+    def _require_reset(self) -> None:
+        if self._seed is None:
+            raise RuntimeError(f"{self.name}: call reset(seed) before using the environment")
+
+
+def _lookup(jobs: Mapping[int, Job], key: Any) -> Job | None:
+    """The job of an untrusted key (None for unknown or unhashable keys)."""
+    try:
+        return jobs.get(key)
+    except TypeError:
+        return None
+
+
+def _tools(names: Iterable[str] | None) -> tuple[Tool, ...]:
+    if names is None:
+        return tuple(TOOLS.values())
+    chosen = [names] if isinstance(names, str) else list(names)
+    if not chosen or len(set(chosen)) != len(chosen) or not set(chosen) <= set(TOOLS):
+        raise ValueError(f"tools must be distinct names among {sorted(TOOLS)}, got {chosen!r}")
+    return tuple(TOOLS[name] for name in chosen)
+
+
+def _int_in(name: str, value: Any, low: int, high: int | None = None) -> int:
+    """`value` as an int in [low, high]; a ValueError naming the parameter otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+    if number < low or (high is not None and number > high):
+        bounds = f">= {low}" if high is None else f"between {low} and {high}"
+        raise ValueError(f"{name} must be {bounds}, got {number}")
+    return number
+
+
+def _fraction(name: str, value: Any) -> float:
+    """`value` as a float in (0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, Real) or not 0.0 < float(value) <= 1.0:
+        raise ValueError(f"{name} must be a number in (0, 1], got {value!r}")
+    return float(value)

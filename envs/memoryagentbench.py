@@ -1,0 +1,203 @@
+"""memoryagentbench: FactConsolidation from MemoryAgentBench (Hu, Wang, McAuley 2025) on the real data.
+
+A source (`factconsolidation_{sh,mh}_{6k,32k,262k}`) is a numbered list of facts, a larger serial being
+a newer fact, some of which overwrite older ones, followed by 100 questions whose answer is the newest
+fact. The stream follows upstream:
+
+- phase "ingest": the facts in serial order, in chunks of about `chunk_size` tokens (upstream feeds
+  512-token chunks to retrieval agents). Tokens are estimated as whitespace words x 4/3 (no tokenizer
+  download); a chunk holds whole fact lines. Each chunk is a `Task(decide=False)` whose `observe` holds
+  one `Observation(key=(subject, relation), value=object, t=serial, text=numbered line, source="fact")`
+  per fact; a fact that does not parse is still ingested, with key None and its sentence as value.
+- phase "questions": one task per question, `key=(subject, relation)` for single-hop questions (None
+  for multi-hop ones and for any question that does not parse, so memories fall back to text
+  retrieval), `correct` = the first gold, `meta` = golds, the upstream query prompt (`instructions`,
+  which a real model receives) and, for a parsed multi-hop question, its chain (`hops`).
+
+Time is one clock, the fact serial: an ingest task has the serial of its first fact, and question i has
+`t = last serial + 1 + i`, so memories see observations and queries in one order.
+
+`execute` scores a free-text answer with the upstream substring exact match. Nothing is executed in
+this setting, so TEPA-Full's trials check a precedent against the facts shown so far (up to the end of
+the chunk being ingested): support passes iff its value is the newest value of its key; counterfactual
+(the precedent applied where it should not) picks, by the seeded stream, another key of the same
+relation and passes iff the value is not that key's newest value (no such key: pass); contamination
+passes always, because keys are disjoint here (a precedent is retrieved only for its own key), so one
+key's precedent cannot change another key's answer.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import math
+import os
+import random
+from collections import defaultdict
+from collections.abc import Hashable, Iterator
+from typing import Any
+
+from envs.base import TRIAL_KINDS, Outcome, Task
+from envs.mab_data import load_conflict_resolution, load_mquake_templates, local_data_dir
+from envs.mab_metric import substring_exact_match
+from envs.mab_parse import FactLine, ParsedSource, parse_source
+from tepa.evidence import Observation
+
+DEFAULT_SOURCE = "factconsolidation_sh_6k"
+DEFAULT_CHUNK_SIZE = 512
+# MemoryAgentBench's FactConsolidation query for long-context and retrieval agents (utils/templates.py).
+QUERY_TEMPLATE = (
+    "Pretend you are a knowledge management system. Each fact in the knowledge pool is provided with a "
+    "serial number at the beginning, and the newer fact has larger serial number. \n You need to solve the "
+    "conflicts of facts in the knowledge pool by finding the newest fact with larger serial number. You need "
+    "to answer a question based on this rule. You should give a very concise answer without saying other "
+    "words for the question **only** from the knowledge pool you have memorized rather than the real facts "
+    "in real world. \n\nFor example:\n\n [Knowledge Pool] \n\n Question: Based on the provided Knowledge "
+    "Pool, what is the name of the current president of Russia? \nAnswer: Donald Trump \n\n Now Answer the "
+    "Question: Based on the provided Knowledge Pool, {question} \nAnswer:"
+)
+
+
+def approx_tokens(text: str) -> int:
+    """Token estimate without a tokenizer: whitespace words x 4/3, rounded up."""
+    return math.ceil(len(text.split()) * 4 / 3)
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed(source: str, folder: str | None) -> ParsedSource:
+    return parse_source(load_conflict_resolution(source, folder), load_mquake_templates(folder))
+
+
+def load_parsed_source(source: str, data_dir: str | os.PathLike | None = None) -> ParsedSource:
+    """A source's parsed facts, questions and coverage (parsed once per process and data folder)."""
+    folder = local_data_dir(data_dir)
+    return _parsed(source, str(folder) if folder else None)
+
+
+class MemoryAgentBench:
+    """The FactConsolidation stream of one source (see the module docstring)."""
+
+    name = "memoryagentbench"
+
+    def __init__(
+        self,
+        source: str = DEFAULT_SOURCE,
+        data_dir: str | os.PathLike | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+    ):
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+            raise ValueError(f"chunk_size: must be a positive number of tokens, got {chunk_size!r}")
+        parsed = load_parsed_source(source, data_dir)
+        self.source = source
+        self.chunk_size = chunk_size
+        self.coverage = parsed.coverage
+        self._questions = parsed.questions
+        self._qa_ids = parsed.record.qa_pair_ids
+        self._chunks = _chunk(parsed.lines, chunk_size)
+        self._first_question_t = parsed.lines[-1].serial + 1 if parsed.lines else 0
+        # key -> serials and values of its facts, oldest first; relation -> keys by first appearance
+        self._history: dict[Hashable, tuple[list[int], list[str]]] = defaultdict(lambda: ([], []))
+        self._keys_of_relation: dict[str, list[tuple[int, Hashable]]] = defaultdict(list)
+        for line in parsed.lines:
+            if line.fact:
+                key = (line.fact.subject, line.fact.relation)
+                serials, values = self._history[key]
+                if not serials:
+                    self._keys_of_relation[line.fact.relation].append((line.serial, key))
+                serials.append(line.serial)
+                values.append(line.fact.object)
+        self.reset(0)
+
+    def reset(self, seed: int) -> None:
+        """Start the stream again; `seed` drives only the choice of counterfactual trials."""
+        self._rng = random.Random(seed)
+        self._shown = -1  # serial of the last fact shown to the agent
+
+    def tasks(self) -> Iterator[Task]:
+        """The ingest chunks in serial order, then the questions (see the module docstring)."""
+        self._shown = -1
+        for chunk in self._chunks:
+            self._shown = chunk[-1].serial
+            yield Task(
+                key=None,
+                text="\n".join(line.text for line in chunk),
+                phase="ingest",
+                t=chunk[0].serial,
+                observe=tuple(_observation(line) for line in chunk),
+                decide=False,
+            )
+        for i, question in enumerate(self._questions):
+            meta: dict[str, Any] = {
+                "golds": list(question.golds),
+                "instructions": QUERY_TEMPLATE.format(question=question.text),
+                "qa_pair_id": self._qa_ids[i] if i < len(self._qa_ids) else None,
+            }
+            if question.hops:
+                meta["hops"] = list(question.hops)
+            yield Task(
+                key=question.key,
+                text=question.text,
+                phase="questions",
+                t=self._first_question_t + i,
+                correct=question.golds[0] if question.golds else None,
+                meta=meta,
+            )
+
+    def execute(self, task: Task, action: str) -> Outcome:
+        """Score the free-text `action` against the task's golds (upstream substring exact match)."""
+        if not task.decide or "golds" not in task.meta:
+            raise ValueError("task: only question tasks take an answer; ingest steps have none")
+        if not isinstance(action, str):
+            raise ValueError(f"action: expected the answer text, got {type(action).__name__}")
+        success = substring_exact_match(action, task.meta["golds"])
+        return Outcome(
+            success=success, message="matches a gold answer" if success else "matches no gold answer"
+        )
+
+    @property
+    def phase_boundaries(self) -> list[tuple[int, str]]:
+        return [(self._first_question_t, "questions")]
+
+    def trial(self, precedent: Any, kind: str) -> bool:
+        """Check `precedent` against the facts shown so far (see the module docstring)."""
+        if kind not in TRIAL_KINDS:
+            raise ValueError(f"kind: {kind!r} is not one of {', '.join(TRIAL_KINDS)}")
+        if kind == "contamination":
+            return True
+        if kind == "support":
+            return self._newest(precedent.key) == precedent.value
+        relation = precedent.key[1] if isinstance(precedent.key, tuple) and len(precedent.key) == 2 else None
+        shown = [key for serial, key in self._keys_of_relation.get(relation, ()) if serial <= self._shown]
+        others = [key for key in shown if key != precedent.key]
+        return not others or self._newest(self._rng.choice(others)) != precedent.value
+
+    def _newest(self, key: Hashable) -> str | None:
+        """The newest value of `key` among the facts shown so far."""
+        serials, values = self._history.get(key, ((), ()))
+        i = bisect.bisect_right(serials, self._shown)
+        return values[i - 1] if i else None
+
+
+def _observation(line: FactLine) -> Observation:
+    if line.fact is None:
+        return Observation(key=None, value=line.sentence, t=line.serial, text=line.text, source="fact")
+    subject, relation, obj = line.fact
+    return Observation(key=(subject, relation), value=obj, t=line.serial, text=line.text, source="fact")
+
+
+def _chunk(lines: tuple[FactLine, ...], chunk_size: int) -> list[tuple[FactLine, ...]]:
+    """Whole fact lines, greedily packed into chunks of at most `chunk_size` estimated tokens (a line
+    longer than that gets a chunk of its own)."""
+    chunks: list[tuple[FactLine, ...]] = []
+    current: list[FactLine] = []
+    size = 0
+    for line in lines:
+        tokens = approx_tokens(line.text)
+        if current and size + tokens > chunk_size:
+            chunks.append(tuple(current))
+            current, size = [], 0
+        current.append(line)
+        size += tokens
+    if current:
+        chunks.append(tuple(current))
+    return chunks

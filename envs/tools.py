@@ -1,0 +1,468 @@
+"""The command-line tools of the executable drift environment, each in four versions.
+
+Every tool is a small real program: an argparse interface per version (so a stale invocation fails with
+argparse's own message), an operation on real files, and the jobs it serves (input fixtures, the
+invocation a version expects, the on-disk check of the artefact).
+
+A version pairs one of three command-line *syntaxes* with one of two *conventions* (where the artefact
+must go, or which format its consumers read). The same four versions exist for every tool:
+
+    1.0 = (syntax 0, convention 0)   2.0 = (syntax 0, convention 1)
+    3.0 = (syntax 1, convention 1)   4.0 = (syntax 2, convention 0)
+
+so moving between two versions renames flags (the old invocation fails with a usage error), changes the
+convention (the old invocation runs but its artefact fails the check), or both. The six
+(syntax, convention) *flavours* are a job's candidate invocations; under each version exactly one
+succeeds. Tools write only through paths confined to the sandbox, and they never follow a symlink
+when they walk a folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import configparser
+import csv
+import hashlib
+import io
+import json
+import os
+import random
+import shlex
+import shutil
+import tarfile
+import zlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, ClassVar
+
+from envs.sandbox import Refused, Sandbox
+
+
+class ToolError(Exception):
+    """A tool call failed; the message is what the tool would print."""
+
+
+class ToolParser(argparse.ArgumentParser):
+    """argparse with its real messages, raised instead of printed (a worker's stdout is its pipe).
+
+    No `--help` (it would print) and no abbreviations (`--out` must not pass for `--output`).
+    """
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog=prog, add_help=False, allow_abbrev=False)
+
+    def error(self, message: str) -> Any:
+        raise ToolError(f"{self.prog}: error: {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class Arg:
+    """One argument of a syntax: positional when `flag` is None, else a required `--flag value`."""
+
+    dest: str
+    flag: str | None = None
+    choices: tuple[str, ...] | None = None
+    path: bool = False
+    type: Callable[[str], Any] = str
+
+
+Syntax = tuple["str | Arg", ...]  # a str element is a literal sub-command word
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    syntax: int
+    convention: int
+
+
+VERSIONS: dict[str, Version] = {
+    "1.0": Version(0, 0),
+    "2.0": Version(0, 1),
+    "3.0": Version(1, 1),
+    "4.0": Version(2, 0),
+}
+FLAVOURS: tuple[tuple[int, int], ...] = tuple((s, c) for s in range(3) for c in range(2))
+
+
+class Tool(ABC):
+    """A tool: its program (`run`) and its jobs (`describe`, `invocation`, `prepare`, `verify`)."""
+
+    name: ClassVar[str]
+    syntaxes: ClassVar[tuple[Syntax, Syntax, Syntax]]
+    conventions: ClassVar[tuple[str, str]]
+    subjects: ClassVar[tuple[str, ...]]  # the inputs jobs are about, in the order jobs take them
+
+    def __init__(self) -> None:
+        self._parsers = tuple(self._parser(syntax) for syntax in self.syntaxes)
+
+    def _parser(self, syntax: Syntax) -> ToolParser:
+        parser = ToolParser(self.name)
+        for element in syntax:
+            if isinstance(element, str):
+                parser.add_argument("command", choices=[element])
+            elif element.flag is None:
+                parser.add_argument(element.dest, choices=element.choices, type=element.type)
+            else:
+                parser.add_argument(
+                    element.flag, dest=element.dest, required=True, choices=element.choices, type=element.type
+                )
+        return parser
+
+    # ----- the program
+    def run(self, argv: list[str], version: str, root: str) -> str:
+        """Run the tool as `version` would, inside the sandbox at `root`; raise ToolError on failure."""
+        sandbox = _sandbox(root)
+        index = VERSIONS[version].syntax
+        namespace = vars(self._parsers[index].parse_args(argv))
+        params: dict[str, Any] = {}
+        for element in self.syntaxes[index]:
+            if isinstance(element, str):
+                continue
+            value = namespace[element.dest]
+            if element.path:
+                try:
+                    value = sandbox.resolve(value)
+                except Refused as exc:
+                    raise ToolError(f"{self.name}: error: argument {element.flag or element.dest}: {exc}") from None
+            params[element.dest] = value
+        try:
+            return self.operate(sandbox, params)
+        except OSError as exc:
+            where = f": {sandbox.relative(exc.filename)}" if exc.filename else ""
+            raise ToolError(f"{self.name}: error: {exc.strerror or exc}{where}") from None
+
+    @abstractmethod
+    def operate(self, sandbox: Sandbox, params: dict[str, Any]) -> str:
+        """Do the work on already-confined paths; return the success message."""
+
+    # ----- the jobs
+    @abstractmethod
+    def describe(self, subject: str) -> str:
+        """The job in words, e.g. "archive the folder reports/ into a gzipped tarball"."""
+
+    @abstractmethod
+    def params(self, subject: str, convention: str) -> dict[str, str]:
+        """The argument values of the invocation that does the job under `convention` (key "out" is
+        the artefact's path)."""
+
+    @abstractmethod
+    def fixture(self, subject: str) -> dict[str, bytes]:
+        """The job's input files (path -> content), the same for every run."""
+
+    def inputs(self, subject: str) -> tuple[str, ...]:
+        """The input paths to wipe before the fixture is rewritten (default: the fixture's files)."""
+        return tuple(self.fixture(subject))
+
+    @abstractmethod
+    def check(self, data: bytes, subject: str, fixture: Mapping[str, bytes], convention: str) -> str | None:
+        """What is wrong with the artefact `data` (None when it is right)."""
+
+    def render(self, flavour: tuple[int, int], subject: str) -> str:
+        """The command line of `flavour` = (syntax, convention) for the job on `subject`."""
+        syntax, convention = flavour
+        params = self.params(subject, self.conventions[convention])
+        words = [self.name]
+        for element in self.syntaxes[syntax]:
+            if isinstance(element, str):
+                words.append(element)
+            elif element.flag is None:
+                words.append(shlex.quote(params[element.dest]))
+            else:
+                words += [element.flag, shlex.quote(params[element.dest])]
+        return " ".join(words)
+
+    def invocation(self, subject: str, version: str) -> str:
+        """The one invocation that does the job under `version`."""
+        v = VERSIONS[version]
+        return self.render((v.syntax, v.convention), subject)
+
+    def outputs(self, subject: str) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.params(subject, c)["out"] for c in self.conventions))
+
+    def prepare(
+        self, sandbox: Sandbox, subject: str, fixture: Mapping[str, bytes], restore_inputs: bool = True
+    ) -> None:
+        """Give the job a clean start: no artefacts (so any found later are this call's) and, unless
+        `restore_inputs` is False, pristine inputs."""
+        for path in self.outputs(subject):
+            sandbox.remove(path)
+        if restore_inputs:
+            for path in self.inputs(subject):
+                sandbox.restore(path, {p: d for p, d in fixture.items() if p == path or p.startswith(path + "/")})
+
+    def verify(self, sandbox: Sandbox, subject: str, fixture: Mapping[str, bytes], version: str) -> str | None:
+        """Check the job's artefact on disk against `version`'s convention; None when it is right."""
+        convention = self.conventions[VERSIONS[version].convention]
+        out = self.params(subject, convention)["out"]
+        path = os.path.join(sandbox.root, out)
+        if os.path.islink(path) or not os.path.isfile(path):
+            return f"check failed: {out} was not produced"
+        try:
+            with open(path, "rb") as handle:
+                problem = self.check(handle.read(), subject, fixture, convention)
+        except (OSError, ValueError, EOFError, tarfile.TarError, configparser.Error) as exc:
+            problem = f"unreadable ({type(exc).__name__}: {exc})"
+        return None if problem is None else f"check failed: {out}: {problem}"
+
+
+@lru_cache(maxsize=64)
+def _sandbox(root: str) -> Sandbox:
+    return Sandbox(root)
+
+
+def subject_for(tool: Tool, index: int) -> str:
+    """The subject of the tool's `index`-th job: the names in order, then numbered rounds."""
+    names = tool.subjects
+    base = names[index % len(names)]
+    return base if index < len(names) else f"{base}{index // len(names) + 1}"
+
+
+def _rng(*parts: str) -> random.Random:
+    return random.Random("/".join(parts))
+
+
+def _write_new(path: os.PathLike[str] | str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as handle:
+        handle.write(data)
+
+
+class Archive(Tool):
+    name = "archive"
+    syntaxes = (
+        (Arg("src", "--src", path=True), Arg("out", "--out", path=True)),
+        (Arg("src", "--source", path=True), Arg("out", "--output", path=True)),
+        ("create", Arg("src", path=True), Arg("out", "--dest", path=True)),
+    )
+    conventions = ("build", "dist")
+    subjects = ("reports", "logs", "notes", "docs", "media", "scans")
+
+    def operate(self, sandbox: Sandbox, params: dict[str, Any]) -> str:
+        src, out = params["src"], params["out"]
+        if not src.is_dir():
+            raise ToolError(f"archive: error: {sandbox.relative(src)}: not a directory")
+        os.makedirs(out.parent, exist_ok=True)
+        count = 0
+        with tarfile.open(out, "w:gz", compresslevel=1) as tar:
+            for folder, dirs, files in os.walk(src):
+                dirs.sort()
+                for name in sorted(files):
+                    path = os.path.join(folder, name)
+                    if os.path.islink(path) or not os.path.isfile(path) or path == str(out):
+                        continue  # never follow a link; never pack the archive into itself
+                    with open(path, "rb") as handle:
+                        data = handle.read()
+                    # A plain TarInfo: tar.add would look up user and group names on every file.
+                    info = tarfile.TarInfo(os.path.join(src.name, os.path.relpath(path, src)))
+                    info.size, info.mode = len(data), 0o644
+                    tar.addfile(info, io.BytesIO(data))
+                    count += 1
+        return f"archive: packed {count} files into {sandbox.relative(out)}"
+
+    def describe(self, subject: str) -> str:
+        return f"archive the folder {subject}/ into a gzipped tarball"
+
+    def params(self, subject: str, convention: str) -> dict[str, str]:
+        return {"src": subject, "out": f"{convention}/{subject}.tar.gz"}
+
+    def fixture(self, subject: str) -> dict[str, bytes]:
+        rng = _rng(self.name, subject)
+        files = {f"{subject}/summary.txt": f"{subject}: {rng.randrange(10**6)} entries\n".encode()}
+        for quarter in ("q1", "q2"):
+            rows = "".join(f"{i},{rng.randrange(1000)}\n" for i in range(4))
+            files[f"{subject}/2024/{quarter}.csv"] = f"id,value\n{rows}".encode()
+        return files
+
+    def inputs(self, subject: str) -> tuple[str, ...]:
+        return (subject,)
+
+    def check(self, data: bytes, subject: str, fixture: Mapping[str, bytes], convention: str) -> str | None:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            packed = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+        return None if packed == dict(fixture) else f"does not contain exactly the files of {subject}/"
+
+
+class Convert(Tool):
+    name = "convert"
+    syntaxes = (
+        (Arg("src", "--in", path=True), Arg("out", "--out", path=True), Arg("layout", "--format", ("array", "lines"))),
+        (
+            Arg("src", "--input", path=True),
+            Arg("out", "--output", path=True),
+            Arg("layout", "--format", ("array", "lines")),
+        ),
+        ("to-json", Arg("src", path=True), Arg("out", "--dest", path=True), Arg("layout", "--layout", ("array", "lines"))),
+    )
+    conventions = ("array", "lines")
+    subjects = ("sales", "users", "orders", "events", "prices", "stock")
+
+    def operate(self, sandbox: Sandbox, params: dict[str, Any]) -> str:
+        src, out = params["src"], params["out"]
+        try:
+            with open(src, newline="", encoding="utf-8") as handle:
+                rows = list(csv.DictReader(handle))
+        except (csv.Error, UnicodeDecodeError) as exc:
+            raise ToolError(f"convert: error: {sandbox.relative(src)}: not a CSV table ({exc})") from None
+        if params["layout"] == "array":
+            text = json.dumps(rows, indent=2) + "\n"
+        else:
+            text = "".join(json.dumps(row) + "\n" for row in rows)
+        _write_new(out, text.encode())
+        return f"convert: wrote {len(rows)} records to {sandbox.relative(out)}"
+
+    def describe(self, subject: str) -> str:
+        return f"convert the table data/{subject}.csv to JSON at out/{subject}.json"
+
+    def params(self, subject: str, convention: str) -> dict[str, str]:
+        return {"src": f"data/{subject}.csv", "out": f"out/{subject}.json", "layout": convention}
+
+    def fixture(self, subject: str) -> dict[str, bytes]:
+        rng = _rng(self.name, subject)
+        rows = "".join(f"{i},item{rng.randrange(100)},{rng.randrange(1, 50)}\n" for i in range(4))
+        return {f"data/{subject}.csv": f"id,item,qty\n{rows}".encode()}
+
+    def check(self, data: bytes, subject: str, fixture: Mapping[str, bytes], convention: str) -> str | None:
+        rows = list(csv.DictReader(io.StringIO(fixture[f"data/{subject}.csv"].decode())))
+        text = data.decode()
+        if convention == "array":
+            try:
+                records = json.loads(text)
+            except ValueError:
+                return "not a JSON array"
+        else:
+            try:
+                records = [json.loads(line) for line in text.splitlines() if line.strip()]
+            except ValueError:
+                return "not JSON Lines (one record per line)"
+            if not all(isinstance(record, dict) for record in records):
+                return "not JSON Lines (one record per line)"
+        return None if records == rows else f"records differ from data/{subject}.csv"
+
+
+class Checksum(Tool):
+    name = "checksum"
+    syntaxes = (
+        (Arg("src", "--file", path=True), Arg("out", "--out", path=True), Arg("style", "--style", ("gnu", "bsd"))),
+        (Arg("src", "--input", path=True), Arg("out", "--output", path=True), Arg("style", "--style", ("gnu", "bsd"))),
+        ("sha256", Arg("src", path=True), Arg("out", "--dest", path=True), Arg("style", "--format", ("gnu", "bsd"))),
+    )
+    conventions = ("gnu", "bsd")
+    subjects = ("firmware", "bootloader", "kernel", "initrd", "bios", "modem")
+
+    @staticmethod
+    def _line(digest: str, name: str, style: str) -> str:
+        return f"{digest}  {name}\n" if style == "gnu" else f"SHA256 ({name}) = {digest}\n"
+
+    def operate(self, sandbox: Sandbox, params: dict[str, Any]) -> str:
+        src, out = params["src"], params["out"]
+        with open(src, "rb") as handle:
+            digest = hashlib.sha256(handle.read()).hexdigest()
+        _write_new(out, self._line(digest, sandbox.relative(src), params["style"]).encode())
+        return f"checksum: wrote the SHA-256 of {sandbox.relative(src)} to {sandbox.relative(out)}"
+
+    def describe(self, subject: str) -> str:
+        return f"write the SHA-256 checksum of bin/{subject}.bin to sums/{subject}.sha256"
+
+    def params(self, subject: str, convention: str) -> dict[str, str]:
+        return {"src": f"bin/{subject}.bin", "out": f"sums/{subject}.sha256", "style": convention}
+
+    def fixture(self, subject: str) -> dict[str, bytes]:
+        return {f"bin/{subject}.bin": _rng(self.name, subject).randbytes(512)}
+
+    def check(self, data: bytes, subject: str, fixture: Mapping[str, bytes], convention: str) -> str | None:
+        src = f"bin/{subject}.bin"
+        expected = self._line(hashlib.sha256(fixture[src]).hexdigest(), src, convention)
+        return None if data.decode() == expected else f"not a {convention}-style SHA-256 line for {src}"
+
+
+class Configure(Tool):
+    name = "configure"
+    syntaxes = (
+        (Arg("service", "--name"), Arg("port", "--port", type=int), Arg("out", "--out", path=True),
+         Arg("format", "--format", ("ini", "json"))),
+        (Arg("service", "--service"), Arg("port", "--port", type=int), Arg("out", "--output", path=True),
+         Arg("format", "--format", ("ini", "json"))),
+        ("write", Arg("service"), Arg("port", "--port", type=int), Arg("out", "--dest", path=True),
+         Arg("format", "--syntax", ("ini", "json"))),
+    )  # fmt: skip
+    conventions = ("ini", "json")
+    subjects = ("api", "web", "auth", "cache", "queue", "search")
+
+    @staticmethod
+    def _port(subject: str) -> int:
+        return 8000 + zlib.crc32(subject.encode()) % 1000
+
+    @staticmethod
+    def _render(service: str, port: int, fmt: str) -> str:
+        if fmt == "json":
+            return json.dumps({service: {"port": port}}, indent=2) + "\n"
+        config = configparser.ConfigParser()
+        config[service] = {"port": str(port)}
+        buffer = io.StringIO()
+        config.write(buffer)
+        return buffer.getvalue()
+
+    def operate(self, sandbox: Sandbox, params: dict[str, Any]) -> str:
+        out = params["out"]
+        _write_new(out, self._render(params["service"], params["port"], params["format"]).encode())
+        return f"configure: wrote {params['format']} config of {params['service']} to {sandbox.relative(out)}"
+
+    def describe(self, subject: str) -> str:
+        return f"write the config of service {subject} (port {self._port(subject)}) to etc/{subject}.conf"
+
+    def params(self, subject: str, convention: str) -> dict[str, str]:
+        return {"service": subject, "port": str(self._port(subject)), "out": f"etc/{subject}.conf", "format": convention}
+
+    def fixture(self, subject: str) -> dict[str, bytes]:
+        return {}
+
+    def check(self, data: bytes, subject: str, fixture: Mapping[str, bytes], convention: str) -> str | None:
+        text, port = data.decode(), self._port(subject)
+        if convention == "json":
+            try:
+                ok = json.loads(text) == {subject: {"port": port}}
+            except ValueError:
+                return "not JSON"
+        else:
+            config = configparser.ConfigParser()
+            try:
+                config.read_string(text)
+            except configparser.Error:
+                return "not an INI file"
+            ok = config.sections() == [subject] and dict(config[subject]) == {"port": str(port)}
+        return None if ok else f"does not set port {port} for {subject}"
+
+
+class Publish(Tool):
+    name = "publish"
+    syntaxes = (
+        (Arg("src", "--file", path=True), Arg("out", "--dest", path=True)),
+        (Arg("src", "--source", path=True), Arg("out", "--target", path=True)),
+        ("copy", Arg("src", path=True), Arg("out", "--to", path=True)),
+    )
+    conventions = ("public", "www")
+    subjects = ("changelog", "readme", "license", "notice", "authors", "security")
+
+    def operate(self, sandbox: Sandbox, params: dict[str, Any]) -> str:
+        src, out = params["src"], params["out"]
+        os.makedirs(out.parent, exist_ok=True)
+        shutil.copyfile(src, out)
+        return f"publish: copied {sandbox.relative(src)} to {sandbox.relative(out)}"
+
+    def describe(self, subject: str) -> str:
+        return f"publish the file release/{subject}.txt to the release directory"
+
+    def params(self, subject: str, convention: str) -> dict[str, str]:
+        return {"src": f"release/{subject}.txt", "out": f"{convention}/{subject}.txt"}
+
+    def fixture(self, subject: str) -> dict[str, bytes]:
+        rng = _rng(self.name, subject)
+        return {f"release/{subject}.txt": f"{subject} v{rng.randrange(1, 9)}.{rng.randrange(10)}\n".encode()}
+
+    def check(self, data: bytes, subject: str, fixture: Mapping[str, bytes], convention: str) -> str | None:
+        return None if data == fixture[f"release/{subject}.txt"] else f"differs from release/{subject}.txt"
+
+
+TOOLS: dict[str, Tool] = {tool.name: tool for tool in (Archive(), Convert(), Checksum(), Configure(), Publish())}

@@ -1,0 +1,159 @@
+"""analysis.stats against hand-computed cases and against scipy itself."""
+
+import math
+
+import numpy as np
+import pytest
+import scipy.stats
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analysis.stats import (
+    bootstrap_ci,
+    cohens_dz,
+    holm,
+    mean_ci,
+    paired_comparison,
+    sign_flip_pvalue,
+)
+
+VALUES = [0.31, 0.28, 0.35, 0.30, 0.27, 0.33, 0.29, 0.32, 0.36, 0.26]
+
+
+@pytest.mark.parametrize("method", ["BCa", "percentile"])
+def test_mean_ci_equals_scipy_bootstrap_with_same_seed(method):
+    ours = mean_ci(VALUES, n_resamples=2000, seed=7, method=method)
+    theirs = scipy.stats.bootstrap(
+        (np.array(VALUES),), np.mean, n_resamples=2000, method=method, rng=np.random.default_rng(7)
+    ).confidence_interval
+    assert ours.mean == pytest.approx(np.mean(VALUES))
+    assert (ours.low, ours.high) == pytest.approx((theirs.low, theirs.high), abs=1e-12)
+    assert ours.n == 10
+    assert ours.low < ours.mean < ours.high
+
+
+def test_mean_ci_is_deterministic_and_seed_dependent():
+    values = np.random.default_rng(0).normal(0.5, 0.1, 8)
+    assert mean_ci(values) == mean_ci(values)
+    assert mean_ci(values, seed=1) != mean_ci(values, seed=2)
+
+
+def test_mean_ci_degenerate_inputs():
+    single = mean_ci([0.4])
+    assert single.mean == 0.4 and math.isnan(single.low) and math.isnan(single.high) and single.n == 1
+    empty = mean_ci([])
+    assert math.isnan(empty.mean) and empty.n == 0
+    constant = mean_ci([0.25, 0.25, 0.25])
+    assert (constant.mean, constant.low, constant.high) == (0.25, 0.25, 0.25)
+
+
+def test_bad_inputs_name_the_parameter():
+    with pytest.raises(ValueError, match="confidence_level"):
+        mean_ci(VALUES, confidence_level=1.5)
+    with pytest.raises(ValueError, match="n_resamples"):
+        mean_ci(VALUES, n_resamples=0)
+    with pytest.raises(ValueError, match="NaN"):
+        mean_ci([0.1, float("nan")])
+    with pytest.raises(ValueError, match="a, b"):
+        paired_comparison([1.0, 2.0], [1.0])
+
+
+def test_paired_ratio_bootstrap_equals_scipy():
+    ref = np.array([0.30, 0.31, 0.29, 0.33, 0.31])
+    other = np.array([0.20, 0.22, 0.19, 0.23, 0.21])
+
+    def ratio(a, b, axis=-1):
+        return (np.mean(a, axis=axis) - np.mean(b, axis=axis)) / np.mean(a, axis=axis)
+
+    ours = bootstrap_ci((ref, other), ratio, paired=True, n_resamples=3000, seed=3)
+    theirs = scipy.stats.bootstrap(
+        (ref, other), ratio, paired=True, vectorized=True, n_resamples=3000, rng=np.random.default_rng(3)
+    ).confidence_interval
+    assert ours.mean == pytest.approx((ref.mean() - other.mean()) / ref.mean())
+    assert (ours.low, ours.high) == pytest.approx((theirs.low, theirs.high), abs=1e-12)
+
+
+def test_sign_flip_hand_computed():
+    # All differences positive: only the observed pattern and its mirror reach |mean| -> p = 2 / 2**n.
+    assert sign_flip_pvalue([0.1, 0.2, 0.3]) == pytest.approx(2 / 8)
+    assert sign_flip_pvalue([0.1] * 5) == pytest.approx(0.0625)  # 5 seeds: p < 0.05 is impossible
+    assert sign_flip_pvalue([0.1] * 6) == pytest.approx(0.03125)
+    # d = (1, -1): patterns give means 0, 1, -1, 0 -> |mean| >= 0 always.
+    assert sign_flip_pvalue([1.0, -1.0]) == 1.0
+    # d = (1, 3): means 2, -1, 1, -2 -> |mean| >= 2 in two of four.
+    assert sign_flip_pvalue([1.0, 3.0]) == pytest.approx(0.5)
+    assert sign_flip_pvalue([0.0, 0.0, 0.0]) == 1.0
+    assert math.isnan(sign_flip_pvalue([]))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sign_flip_exact_equals_scipy_permutation_test(seed):
+    rng = np.random.default_rng(seed)
+    n = 4 + seed
+    a = rng.normal(0.5, 0.1, n).round(2)
+    b = (a - rng.normal(0.03 * seed, 0.05, n)).round(2)
+    theirs = scipy.stats.permutation_test(
+        (a, b),
+        lambda x, y, axis: np.mean(x - y, axis=axis),
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=np.inf,
+    ).pvalue
+    assert sign_flip_pvalue(a - b) == pytest.approx(theirs, abs=1e-12)
+
+
+def test_sign_flip_monte_carlo_above_exact_limit():
+    rng = np.random.default_rng(0)
+    d = rng.normal(0.05, 0.2, 20)
+    ours = sign_flip_pvalue(d, n_resamples=9999, seed=1)
+    assert ours == sign_flip_pvalue(d, n_resamples=9999, seed=1)
+    theirs = scipy.stats.permutation_test(
+        (d,),
+        lambda x, axis: np.mean(x, axis=axis),
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=9999,
+        rng=np.random.default_rng(2),
+    ).pvalue
+    assert ours == pytest.approx(theirs, abs=0.03)
+    assert 1 / 10000 <= ours <= 1
+
+
+def test_holm_by_hand():
+    # Sorted: 0.01*4 = 0.04; 0.03*3 = 0.09; 0.04*2 = 0.08 -> monotone 0.09; 0.20*1 = 0.20.
+    assert holm([0.01, 0.04, 0.03, 0.20]) == pytest.approx([0.04, 0.09, 0.09, 0.20])
+    assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])
+    adjusted = holm([0.02, float("nan"), 0.04])  # NaN ignored: m = 2
+    assert adjusted[0] == pytest.approx(0.04) and math.isnan(adjusted[1]) and adjusted[2] == pytest.approx(0.04)
+    assert len(holm([])) == 0
+    with pytest.raises(ValueError, match="pvalues"):
+        holm([1.5])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0, 1), min_size=1, max_size=12))
+def test_holm_properties(pvalues):
+    p = np.array(pvalues)
+    adjusted = holm(p)
+    assert (adjusted >= p - 1e-15).all() and (adjusted <= 1).all()
+    order = np.argsort(p, kind="stable")
+    assert (np.diff(adjusted[order]) >= -1e-15).all()
+
+
+def test_cohens_dz():
+    assert cohens_dz([1.0, 2.0, 3.0]) == pytest.approx(2.0)  # mean 2, sd 1
+    assert cohens_dz([0.1, 0.1, 0.1]) == math.inf
+    assert cohens_dz([-0.1, -0.1]) == -math.inf
+    assert math.isnan(cohens_dz([0.0, 0.0]))
+    assert math.isnan(cohens_dz([0.3]))
+
+
+def test_paired_comparison_combines_the_parts():
+    a = np.array([0.95, 0.93, 0.96, 0.94, 0.97, 0.92, 0.95, 0.96])
+    b = np.array([0.21, 0.20, 0.25, 0.19, 0.22, 0.18, 0.23, 0.20])
+    result = paired_comparison(a, b)
+    assert result.n == 8
+    assert result.mean_a == pytest.approx(a.mean()) and result.mean_b == pytest.approx(b.mean())
+    assert result.diff == mean_ci(a - b)
+    assert result.p_value == pytest.approx(2 / 2**8)
+    assert result.d_z == pytest.approx(cohens_dz(a - b))
