@@ -14,14 +14,19 @@ tool under a time limit (`envs.tool_worker`), and success is decided on disk: th
 exists with the expected content and format. A stale invocation fails with the tool's real argparse
 error, or runs and leaves the wrong artefact, which the check reports.
 
-Trials (TEPA-Full) run in a separate trial directory, wiped for each trial, under the versions of the
-latest task, and draw from their own RNG, so they never touch the stream:
+Before every call the job's inputs are restored and its artefact paths cleared, so an outcome depends
+only on the job, the action and the versions, never on what earlier (possibly garbage) actions left.
+
+Trials (TEPA-Full) run in a separate trial directory under the versions of the latest task, and draw
+from their own RNG, so they never touch the stream or the main sandbox:
 - support: run the precedent's invocation for its own job; passes iff the job's artefact is right.
 - counterfactual: run it for its own job under the tool's *other* version (the stable one, or the
   full-reversal one when the tool is at its stable version), where a precise precedent should not
   apply; passes iff it does not succeed there.
-- contamination: run it, then (without restoring anything) run a random other job's current
-  invocation in the same directory; passes iff that still succeeds (the precedent broke nothing).
+- contamination: prepare a random other job, run the precedent, then run the other job's current
+  invocation on the inputs as the precedent left them; passes iff that still succeeds (the
+  precedent broke nothing). Candidate invocations touch only their own job's files, so this bites
+  on free-form actions, e.g. one that overwrites another job's input.
 A precedent whose key is not a job or whose value is not a string fails every trial.
 """
 
@@ -30,7 +35,6 @@ from __future__ import annotations
 import math
 import operator
 import random
-import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -96,7 +100,7 @@ class ExecutableDrift:
         self._worker = ToolWorker(extra)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._main: Sandbox | None = None
-        self._trial_root: Path | None = None
+        self._trial: Sandbox | None = None
         self._seed: int | None = None
         self._jobs: dict[int, Job] = {}
         self._regimes: list[dict[str, str]] = []
@@ -119,14 +123,20 @@ class ExecutableDrift:
     def worker(self) -> ToolWorker:
         return self._worker
 
+    @property
+    def jobs(self) -> tuple[Job, ...]:
+        """The jobs of the current seed, indexed by key."""
+        self._require_reset()
+        return tuple(self._jobs.values())
+
     def reset(self, seed: int) -> None:
         self._seed = _int_in("seed", seed, 0)
         self._remove_sandbox()
         self._tmp = tempfile.TemporaryDirectory(prefix="tepa-executable-")
         root = Path(self._tmp.name)
         (root / "main").mkdir()
-        self._main = Sandbox(root / "main")
-        self._trial_root = root / "trial"
+        (root / "trial").mkdir()
+        self._main, self._trial = Sandbox(root / "main"), Sandbox(root / "trial")
         rng = random.Random(f"{self.name}/{self._seed}/regimes")
         self._regimes, chosen = self._draw_regimes(rng)
         self._jobs = {k: self._make_job(k, chosen, rng) for k in range(self.n_keys)}
@@ -138,6 +148,9 @@ class ExecutableDrift:
         return self._stream(random.Random(f"{self.name}/{self._seed}/tasks"))
 
     def execute(self, task: Task, action: str) -> Outcome:
+        """Run `action` for the task's job. A refused, failed or stopped call is a failure with the
+        reason as message; an action that is not a string of at most MAX_INVOCATION_CHARS characters
+        writes no observation (there is no invocation to remember)."""
         self._require_reset()
         job = self._job_of(task.key)
         t = _int_in("task.t", task.t, 0, len(PHASES) * self.phase_length - 1)
@@ -156,7 +169,8 @@ class ExecutableDrift:
         job = _lookup(self._jobs, key)
         if job is None or not isinstance(value, str):
             return False
-        sandbox = self._fresh_trial_sandbox()
+        sandbox = self._trial
+        assert sandbox is not None
         regime = self._regime_at(self._now)
         if kind == "support":
             return self._attempt(sandbox, job, value, regime)[0]
@@ -258,19 +272,15 @@ class ExecutableDrift:
     def _job_of(self, key: Any) -> Job:
         job = _lookup(self._jobs, key)
         if job is None:
-            raise ValueError(f"task.key must be a job of this environment (0..{self.n_keys - 1}), got {key!r}")
+            raise ValueError(
+                f"task.key must be a job of this environment (0..{self.n_keys - 1}), got {key!r}"
+            )
         return job
-
-    def _fresh_trial_sandbox(self) -> Sandbox:
-        assert self._trial_root is not None
-        shutil.rmtree(self._trial_root, ignore_errors=True)
-        self._trial_root.mkdir()
-        return Sandbox(self._trial_root)
 
     def _remove_sandbox(self) -> None:
         if self._tmp is not None:
             self._tmp.cleanup()
-        self._tmp, self._main, self._trial_root = None, None, None
+        self._tmp, self._main, self._trial = None, None, None
 
     def _require_reset(self) -> None:
         if self._seed is None:

@@ -13,7 +13,7 @@ subject is the shortest leading span that lets the rest match. Templates with id
 first one in the file (`MQuAKEParser.aliases`).
 
 Multi-hop questions are free paraphrases written for MQuAKE (no template), so they are parsed by a small
-relation lexicon grounded in the facts: see `MultiHopParser`. Nothing that fails to parse is dropped:
+relation lexicon grounded in the facts: see `FactGraph.chain`. Nothing that fails to parse is dropped:
 unparsed facts keep their sentence (`FactLine.fact is None`) and `ParseCoverage` counts them.
 """
 
@@ -139,6 +139,12 @@ def parse_context(context: str, parser: MQuAKEParser) -> tuple[FactLine, ...]:
     return tuple(lines)
 
 
+def _numbered(line: str) -> tuple[str, str] | None:
+    """("12", "The capital of ...") for "12. The capital of ...", else None."""
+    serial, dot, sentence = line.partition(". ")
+    return (serial, sentence.strip()) if dot and serial.isdigit() and sentence.strip() else None
+
+
 # Phrases that name each relation in MQuAKE's multi-hop paraphrases (matched on the lower-cased question
 # with its subject blanked out). A phrase may name several relations ("language"); the facts decide.
 RELATION_CUES: dict[str, str] = {
@@ -194,23 +200,20 @@ _SUBJECT_START = re.compile(r"(?:^|(?<=[\s\"“'(]))\S")
 _SUBJECT_END = re.compile(r"(?=[\s\"”'),?:;]|$)")
 
 
-def _numbered(line: str) -> tuple[str, str] | None:
-    """("12", "The capital of ...") for "12. The capital of ...", else None."""
-    serial, dot, sentence = line.partition(". ")
-    return (serial, sentence.strip()) if dot and serial.isdigit() and sentence.strip() else None
+class FactGraph:
+    """The facts of one context as a graph (subject -> relation -> objects), for multi-hop questions.
 
-
-class MultiHopParser:
-    """Multi-hop questions into (subject, r1, r2, ...), grounded in the parsed facts of one context.
-
-    Subject: a fact subject that occurs in the question (between word boundaries). Chain: among the
-    relation paths that can be walked from the subject through the facts (any version of a fact, up to
-    `MAX_HOPS`, no relation twice), the one that uses the most relations the question names
-    (`RELATION_CUES`, plus an unsaid position hop before a sport: `IMPLICIT_HOPS`); ties go to a longer
-    subject, then to a path that the newest facts can walk, then to fewer hops, then to relation ids in
-    sorted order. A chain needs at least two hops, since every multi-hop question has two or more. The
-    gold answers are never consulted. This is a heuristic: `ParseCoverage` reports how many chains the
+    `chain` parses a multi-hop question into (subject, r1, r2, ...), grounded in the facts. Subject: a
+    fact subject that occurs in the question between word boundaries. Chain: among the relation paths
+    that can be walked from the subject through the facts (any version of a fact, up to `MAX_HOPS`, no
+    relation twice), the one that uses the most relations the question names (`RELATION_CUES`; a hop of
+    `IMPLICIT_HOPS` may stay unnamed when the next hop is one it leads into); ties go to a longer subject,
+    then to a path that the newest facts can walk, then to fewer hops, then to relation ids in sorted
+    order. A chain has at least two hops, as every multi-hop question does. The gold answers are never
+    consulted. This is a heuristic: `ParseCoverage` reports how many chains parse and how many of them the
     newest facts walk to a gold answer.
+
+    `walk` follows a chain (or a single-hop key) through the newest facts.
     """
 
     def __init__(self, facts: Iterable[Fact]):
@@ -301,16 +304,16 @@ def is_multi_hop(source: str) -> bool:
 
 
 def parse_questions(
-    record: FactConsolidationRecord, parser: MQuAKEParser, chains: MultiHopParser
+    record: FactConsolidationRecord, parser: MQuAKEParser, graph: FactGraph
 ) -> tuple[ParsedQuestion, ...]:
-    """The record's questions, parsed by template (single-hop sources) or by `chains` (multi-hop)."""
+    """The record's questions, parsed by template (single-hop sources) or by `graph.chain` (multi-hop)."""
     if not is_multi_hop(record.source):
         return tuple(
             ParsedQuestion(q, golds, key=parser.question(q))
             for q, golds in zip(record.questions, record.answers, strict=True)
         )
     return tuple(
-        ParsedQuestion(q, golds, hops=chains.chain(q))
+        ParsedQuestion(q, golds, hops=graph.chain(q))
         for q, golds in zip(record.questions, record.answers, strict=True)
     )
 
@@ -336,14 +339,13 @@ def parse_coverage(
     record: FactConsolidationRecord,
     lines: Sequence[FactLine],
     questions: Sequence[ParsedQuestion],
-    newest: MultiHopParser,
+    graph: FactGraph,
 ) -> ParseCoverage:
-    """Coverage counts of a parsed source (see `ParseCoverage`); `newest` walks keys and chains through
-    the source's facts."""
+    """Coverage counts of a parsed source (see `ParseCoverage`); `graph` holds the source's facts."""
     answered = 0
     for q in questions:
         chain = q.hops or q.key
-        value = newest.walk(chain) if chain else None
+        value = graph.walk(chain) if chain else None
         answered += value is not None and substring_exact_match(value, q.golds)
     return ParseCoverage(
         source=record.source,
@@ -371,6 +373,6 @@ def parse_source(record: FactConsolidationRecord, templates: MQuAKETemplates) ->
     """Parse a record's facts and questions with `templates` and count the coverage."""
     parser = parser_for(templates)
     lines = parse_context(record.context, parser)
-    chains = MultiHopParser(line.fact for line in lines if line.fact)
-    questions = parse_questions(record, parser, chains)
-    return ParsedSource(record, lines, questions, parse_coverage(record, lines, questions, chains))
+    graph = FactGraph(line.fact for line in lines if line.fact)
+    questions = parse_questions(record, parser, graph)
+    return ParsedSource(record, lines, questions, parse_coverage(record, lines, questions, graph))

@@ -11,8 +11,9 @@ fact. The stream follows upstream:
   per fact; a fact that does not parse is still ingested, with key None and its sentence as value.
 - phase "questions": one task per question, `key=(subject, relation)` for single-hop questions (None
   for multi-hop ones and for any question that does not parse, so memories fall back to text
-  retrieval), `correct` = the first gold, `meta` = golds, the upstream query prompt (`instructions`,
-  which a real model receives) and, for a parsed multi-hop question, its chain (`hops`).
+  retrieval), `correct` = the first gold, `meta` = golds, the upstream query's instructions and
+  one-shot example (`instructions`: the system message a real model receives; `QUERY_TEMPLATE` is the
+  whole upstream query) and, for a parsed multi-hop question, its chain (`hops`).
 
 Time is one clock, the fact serial: an ingest task has the serial of its first fact, and question i has
 `t = last serial + 1 + i`, so memories see observations and queries in one order.
@@ -56,6 +57,9 @@ QUERY_TEMPLATE = (
     "Pool, what is the name of the current president of Russia? \nAnswer: Donald Trump \n\n Now Answer the "
     "Question: Based on the provided Knowledge Pool, {question} \nAnswer:"
 )
+# What a question task carries as `meta["instructions"]` (the prompt's system message): the upstream
+# query up to its one-shot example; the prompt itself then asks the question.
+INSTRUCTIONS = QUERY_TEMPLATE.split(" \n\n Now Answer the Question")[0]
 
 
 def approx_tokens(text: str) -> int:
@@ -95,17 +99,23 @@ class MemoryAgentBench:
         self._qa_ids = parsed.record.qa_pair_ids
         self._chunks = _chunk(parsed.lines, chunk_size)
         self._first_question_t = parsed.lines[-1].serial + 1 if parsed.lines else 0
-        # key -> serials and values of its facts, oldest first; relation -> keys by first appearance
-        self._history: dict[Hashable, tuple[list[int], list[str]]] = defaultdict(lambda: ([], []))
-        self._keys_of_relation: dict[str, list[tuple[int, Hashable]]] = defaultdict(list)
+        # For trials. key -> serials and values of its facts, oldest first; relation -> the first serial
+        # of each of its keys and the keys, in that order; key -> its index in its relation's list.
+        self._history: dict[Hashable, tuple[list[int], list[str]]] = {}
+        self._relation_keys: dict[str, tuple[list[int], list[Hashable]]] = defaultdict(lambda: ([], []))
+        self._index_in_relation: dict[Hashable, int] = {}
         for line in parsed.lines:
             if line.fact:
                 key = (line.fact.subject, line.fact.relation)
-                serials, values = self._history[key]
-                if not serials:
-                    self._keys_of_relation[line.fact.relation].append((line.serial, key))
-                serials.append(line.serial)
-                values.append(line.fact.object)
+                if key not in self._history:
+                    self._history[key] = ([], [])
+                    first_serials, keys = self._relation_keys[line.fact.relation]
+                    self._index_in_relation[key] = len(keys)
+                    first_serials.append(line.serial)
+                    keys.append(key)
+                self._history[key][0].append(line.serial)
+                self._history[key][1].append(line.fact.object)
+        self._relation_keys = dict(self._relation_keys)
         self.reset(0)
 
     def reset(self, seed: int) -> None:
@@ -129,7 +139,7 @@ class MemoryAgentBench:
         for i, question in enumerate(self._questions):
             meta: dict[str, Any] = {
                 "golds": list(question.golds),
-                "instructions": QUERY_TEMPLATE.format(question=question.text),
+                "instructions": INSTRUCTIONS,
                 "qa_pair_id": self._qa_ids[i] if i < len(self._qa_ids) else None,
             }
             if question.hops:
@@ -166,10 +176,21 @@ class MemoryAgentBench:
             return True
         if kind == "support":
             return self._newest(precedent.key) == precedent.value
-        relation = precedent.key[1] if isinstance(precedent.key, tuple) and len(precedent.key) == 2 else None
-        shown = [key for serial, key in self._keys_of_relation.get(relation, ()) if serial <= self._shown]
-        others = [key for key in shown if key != precedent.key]
-        return not others or self._newest(self._rng.choice(others)) != precedent.value
+        return self._counterfactual(precedent)
+
+    def _counterfactual(self, precedent: Any) -> bool:
+        """Another shown key of the precedent's relation, drawn by the seeded stream, must not have the
+        precedent's value as its newest value."""
+        key = precedent.key
+        relation = key[1] if isinstance(key, tuple) and len(key) == 2 else None
+        first_serials, keys = self._relation_keys.get(relation, ((), ()))
+        shown = bisect.bisect_right(first_serials, self._shown)
+        own = self._index_in_relation.get(key, shown)
+        others = shown - (own < shown)
+        if others == 0:
+            return True
+        i = self._rng.randrange(others)
+        return self._newest(keys[i + (i >= own)]) != precedent.value
 
     def _newest(self, key: Hashable) -> str | None:
         """The newest value of `key` among the facts shown so far."""

@@ -69,17 +69,23 @@ class Sandbox:
         text = os.fspath(path)
         return os.path.relpath(text, self.root) if text.startswith(self._prefix) else text
 
-    def remove(self, path: str) -> None:
-        """Delete a file, symlink or directory tree inside the sandbox, without following symlinks."""
-        try:
-            parent = self.resolve(os.path.dirname(path) or ".")
-        except Refused:
-            return  # the parent leads outside: nothing of the sandbox's is there
-        target = os.path.join(parent, os.path.basename(path))
-        if os.path.islink(target) or os.path.isfile(target):
-            os.unlink(target)
-        elif os.path.isdir(target):
-            shutil.rmtree(target)
+    def clear(self, path: str) -> None:
+        """Make room for `path` (root-relative, without `..`): delete whatever is there (a file, a link,
+        a folder tree) and any file or link standing where one of its parent folders belongs. Links are
+        deleted, never followed."""
+        current = self._root
+        parts = [part for part in path.split("/") if part not in ("", ".")]
+        for i, part in enumerate(parts):
+            current = f"{current}/{part}"
+            try:
+                mode = os.lstat(current).st_mode
+            except FileNotFoundError:
+                return
+            if not stat.S_ISDIR(mode):
+                os.unlink(current)  # the target itself, or a non-folder in its way
+                return
+            if i == len(parts) - 1:
+                shutil.rmtree(current)
 
     def write(self, path: str, data: bytes) -> None:
         """Write `data` to a new file `path` inside the sandbox, creating parent directories."""
@@ -95,7 +101,7 @@ class Sandbox:
         every call.
         """
         if not self._holds(path, files):
-            self.remove(path)
+            self.clear(path)
             for name, data in files.items():
                 self.write(name, data)
 

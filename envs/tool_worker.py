@@ -49,7 +49,9 @@ class ToolWorker:
         """The child's process id, or None when no child is running."""
         return self._proc.pid if self._proc is not None else None
 
-    def call(self, tool: str, argv: list[str], version: str, root: str, time_limit: float) -> tuple[bool, str]:
+    def call(
+        self, tool: str, argv: list[str], version: str, root: str, time_limit: float
+    ) -> tuple[bool, str]:
         """Run `tool` and return (ok, message); a call longer than `time_limit` seconds is stopped."""
         if self._proc is None or self._proc.poll() is not None:
             self._stop()

@@ -35,7 +35,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 from envs.sandbox import Refused, Sandbox
 
@@ -47,13 +47,29 @@ class ToolError(Exception):
 class ToolParser(argparse.ArgumentParser):
     """argparse with its real messages, raised instead of printed (a worker's stdout is its pipe).
 
-    No `--help` (it would print) and no abbreviations (`--out` must not pass for `--output`).
+    No `--help` (it would print) and no abbreviations (`--out` must not pass for `--output`). Unknown
+    arguments are reported before missing options, as in "unrecognized arguments: --out build/x", which
+    names the stale flag; plain argparse would only say which new options are missing.
     """
 
     def __init__(self, prog: str) -> None:
         super().__init__(prog=prog, add_help=False, allow_abbrev=False)
+        self._required: list[tuple[str, str]] = []  # (flag, dest) of the options every call needs
 
-    def error(self, message: str) -> Any:
+    def add_required_option(self, flag: str, dest: str, **kwargs: Any) -> None:
+        self.add_argument(flag, dest=dest, **kwargs)
+        self._required.append((flag, dest))
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        missing = [flag for flag, dest in self._required if getattr(parsed, dest) is None]
+        if missing:
+            self.error(f"the following arguments are required: {', '.join(missing)}")
+        return parsed
+
+    def error(self, message: str) -> NoReturn:
         raise ToolError(f"{self.prog}: error: {message}")
 
 
@@ -105,8 +121,8 @@ class Tool(ABC):
             elif element.flag is None:
                 parser.add_argument(element.dest, choices=element.choices, type=element.type)
             else:
-                parser.add_argument(
-                    element.flag, dest=element.dest, required=True, choices=element.choices, type=element.type
+                parser.add_required_option(
+                    element.flag, element.dest, choices=element.choices, type=element.type
                 )
         return parser
 
@@ -125,7 +141,9 @@ class Tool(ABC):
                 try:
                     value = sandbox.resolve(value)
                 except Refused as exc:
-                    raise ToolError(f"{self.name}: error: argument {element.flag or element.dest}: {exc}") from None
+                    raise ToolError(
+                        f"{self.name}: error: argument {element.flag or element.dest}: {exc}"
+                    ) from None
             params[element.dest] = value
         try:
             return self.operate(sandbox, params)
@@ -187,12 +205,16 @@ class Tool(ABC):
         """Give the job a clean start: no artefacts (so any found later are this call's) and, unless
         `restore_inputs` is False, pristine inputs."""
         for path in self.outputs(subject):
-            sandbox.remove(path)
+            sandbox.clear(path)
         if restore_inputs:
             for path in self.inputs(subject):
-                sandbox.restore(path, {p: d for p, d in fixture.items() if p == path or p.startswith(path + "/")})
+                sandbox.restore(
+                    path, {p: d for p, d in fixture.items() if p == path or p.startswith(path + "/")}
+                )
 
-    def verify(self, sandbox: Sandbox, subject: str, fixture: Mapping[str, bytes], version: str) -> str | None:
+    def verify(
+        self, sandbox: Sandbox, subject: str, fixture: Mapping[str, bytes], version: str
+    ) -> str | None:
         """Check the job's artefact on disk against `version`'s convention; None when it is right."""
         convention = self.conventions[VERSIONS[version].convention]
         out = self.params(subject, convention)["out"]
@@ -287,13 +309,22 @@ class Archive(Tool):
 class Convert(Tool):
     name = "convert"
     syntaxes = (
-        (Arg("src", "--in", path=True), Arg("out", "--out", path=True), Arg("layout", "--format", ("array", "lines"))),
+        (
+            Arg("src", "--in", path=True),
+            Arg("out", "--out", path=True),
+            Arg("layout", "--format", ("array", "lines")),
+        ),
         (
             Arg("src", "--input", path=True),
             Arg("out", "--output", path=True),
             Arg("layout", "--format", ("array", "lines")),
         ),
-        ("to-json", Arg("src", path=True), Arg("out", "--dest", path=True), Arg("layout", "--layout", ("array", "lines"))),
+        (
+            "to-json",
+            Arg("src", path=True),
+            Arg("out", "--dest", path=True),
+            Arg("layout", "--layout", ("array", "lines")),
+        ),
     )
     conventions = ("array", "lines")
     subjects = ("sales", "users", "orders", "events", "prices", "stock")
@@ -344,9 +375,22 @@ class Convert(Tool):
 class Checksum(Tool):
     name = "checksum"
     syntaxes = (
-        (Arg("src", "--file", path=True), Arg("out", "--out", path=True), Arg("style", "--style", ("gnu", "bsd"))),
-        (Arg("src", "--input", path=True), Arg("out", "--output", path=True), Arg("style", "--style", ("gnu", "bsd"))),
-        ("sha256", Arg("src", path=True), Arg("out", "--dest", path=True), Arg("style", "--format", ("gnu", "bsd"))),
+        (
+            Arg("src", "--file", path=True),
+            Arg("out", "--out", path=True),
+            Arg("style", "--style", ("gnu", "bsd")),
+        ),
+        (
+            Arg("src", "--input", path=True),
+            Arg("out", "--output", path=True),
+            Arg("style", "--style", ("gnu", "bsd")),
+        ),
+        (
+            "sha256",
+            Arg("src", path=True),
+            Arg("out", "--dest", path=True),
+            Arg("style", "--format", ("gnu", "bsd")),
+        ),
     )
     conventions = ("gnu", "bsd")
     subjects = ("firmware", "bootloader", "kernel", "initrd", "bios", "modem")
@@ -413,7 +457,12 @@ class Configure(Tool):
         return f"write the config of service {subject} (port {self._port(subject)}) to etc/{subject}.conf"
 
     def params(self, subject: str, convention: str) -> dict[str, str]:
-        return {"service": subject, "port": str(self._port(subject)), "out": f"etc/{subject}.conf", "format": convention}
+        return {
+            "service": subject,
+            "port": str(self._port(subject)),
+            "out": f"etc/{subject}.conf",
+            "format": convention,
+        }
 
     def fixture(self, subject: str) -> dict[str, bytes]:
         return {}
@@ -465,4 +514,6 @@ class Publish(Tool):
         return None if data == fixture[f"release/{subject}.txt"] else f"differs from release/{subject}.txt"
 
 
-TOOLS: dict[str, Tool] = {tool.name: tool for tool in (Archive(), Convert(), Checksum(), Configure(), Publish())}
+TOOLS: dict[str, Tool] = {
+    tool.name: tool for tool in (Archive(), Convert(), Checksum(), Configure(), Publish())
+}

@@ -10,7 +10,10 @@ Epochs: every transition reads the counts of the precedent's current *epoch*, i.
 its last revocation (`s_epoch`, `f_epoch`); the lifetime counts `s`, `f` are kept for the audit and shown
 in retrieved evidence. In the first epoch the epoch counts are the lifetime counts, so the rules are
 exactly the paper's; without epochs a revoked precedent would carry its old conflicts forever and could
-never be re-promoted.
+never be re-promoted. A failure of a revoked precedent's own value re-confirms its revocation and starts a
+new epoch (the lifetime `f` still counts it): "the evidence since its revocation" is then the evidence
+since the world last showed it invalid, so a precedent tried and failed during later regimes still comes
+back promptly when its regime returns.
 
 Transitions are checked after every update, each rule when its inputs change (which is equivalent: a
 rule can only become true then): the posterior rules after `observe`, the recent-success rule after
@@ -144,6 +147,8 @@ class PrecedentMemory:
         else:
             own.f += 1
             own.f_epoch += 1
+            if own.state is _REVOKED:
+                self._new_epoch(own)
         own.updated_t = t
         own._evidence = None
         if own.state is _ACTIVE:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from fractions import Fraction
-from typing import Any
 
 from tepa.lifecycle import PrecedentMemory, check_int
 from tepa.precedent import Precedent, State
+from tepa.retrieval import DEFAULT_TOP_K
 
 TRIAL_KINDS = ("support", "counterfactual", "contamination")
 MIN_PASS_RATE = Fraction(3, 5)  # exact, so that 3 of 5 passes is promoted whatever the float rounding
@@ -26,7 +26,7 @@ class TEPAFull(PrecedentMemory):
     Every trial is a real execution, so trials and passes are counted in `snapshot()` as cost.
 
     `trial_fn(precedent, kind) -> bool` is usually the environment's `trial`, given here or later via
-    `set_trial`. Other keyword arguments are TEPA-Rev's thresholds.
+    `set_trial`. The other keyword arguments are TEPA-Rev's thresholds, with the same defaults.
     """
 
     name = "tepa_full"
@@ -39,9 +39,27 @@ class TEPAFull(PrecedentMemory):
         n_counterfactual: int = 1,
         n_contamination: int = 2,
         max_trial_rounds: int = 3,
-        **thresholds: Any,
+        a0: float = 1.0,
+        b0: float = 1.0,
+        n_min: int = 3,
+        theta_rev: float = 0.4,
+        theta_pro: float = 0.6,
+        theta_rec: float = 0.5,
+        W: int = 5,
+        m_rec: int = 3,
+        top_k: int = DEFAULT_TOP_K,
     ) -> None:
-        super().__init__(**thresholds)
+        super().__init__(
+            a0=a0,
+            b0=b0,
+            n_min=n_min,
+            theta_rev=theta_rev,
+            theta_pro=theta_pro,
+            theta_rec=theta_rec,
+            W=W,
+            m_rec=m_rec,
+            top_k=top_k,
+        )
         self.n_support = check_int("n_support", n_support, 1)
         self.n_counterfactual = check_int("n_counterfactual", n_counterfactual, 0)
         self.n_contamination = check_int("n_contamination", n_contamination, 0)

@@ -124,7 +124,9 @@ def test_holm_by_hand():
     assert holm([0.01, 0.04, 0.03, 0.20]) == pytest.approx([0.04, 0.09, 0.09, 0.20])
     assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])
     adjusted = holm([0.02, float("nan"), 0.04])  # NaN ignored: m = 2
-    assert adjusted[0] == pytest.approx(0.04) and math.isnan(adjusted[1]) and adjusted[2] == pytest.approx(0.04)
+    assert (
+        adjusted[0] == pytest.approx(0.04) and math.isnan(adjusted[1]) and adjusted[2] == pytest.approx(0.04)
+    )
     assert len(holm([])) == 0
     with pytest.raises(ValueError, match="pvalues"):
         holm([1.5])

@@ -16,8 +16,8 @@ from envs.mab_data import (
 from envs.mab_metric import substring_exact_match
 from envs.mab_parse import (
     Fact,
+    FactGraph,
     MQuAKEParser,
-    MultiHopParser,
     parse_context,
     parse_source,
     parser_for,
@@ -89,7 +89,7 @@ def test_multi_hop_chains_are_grounded_in_the_facts(parsed, size):
     cov = source.coverage
     assert cov.questions_parsed >= 85
     assert cov.answered_by_newest >= {"6k": 80, "32k": 70, "262k": 50}[size]
-    graph = MultiHopParser(line.fact for line in source.lines)
+    graph = FactGraph(line.fact for line in source.lines)
     for q in source.questions:
         if q.hops:
             assert q.key is None and len(q.hops) >= 3  # a subject and at least two relations
@@ -157,7 +157,7 @@ def test_serials_must_increase(parser):
 
 
 def test_multi_hop_chain_on_a_small_graph():
-    graph = MultiHopParser(
+    graph = FactGraph(
         [
             Fact("Our Mutual Friend", "P50", "Charles Dickens"),
             Fact("Charles Dickens", "P26", "Catherine Dickens"),

@@ -72,9 +72,14 @@ def test_then_the_hundred_questions(sh6k):
     assert first.text == "Which sport is goaltender associated with?"
     assert first.key == ("goaltender", "P641")
     assert first.correct == "pesäpallo" and first.meta["golds"] == ["pesäpallo"]
-    assert first.meta["instructions"] == QUERY_TEMPLATE.format(question=first.text)
-    assert first.meta["instructions"].startswith("Pretend you are a knowledge management system.")
-    assert first.meta["instructions"].endswith(f"Knowledge Pool, {first.text} \nAnswer:")
+    instructions = first.meta["instructions"]
+    assert instructions.startswith("Pretend you are a knowledge management system. Each fact in the")
+    assert instructions.endswith(
+        "what is the name of the current president of Russia? \nAnswer: Donald Trump"
+    )
+    upstream_query = QUERY_TEMPLATE.format(question=first.text)
+    assert upstream_query.startswith(instructions)
+    assert upstream_query.endswith(f"Based on the provided Knowledge Pool, {first.text} \nAnswer:")
     assert "hops" not in first.meta
 
 
@@ -161,6 +166,14 @@ def test_counterfactual_and_contamination_trials():
     assert env.trial(unique, "contamination")
     with pytest.raises(ValueError, match="kind"):
         env.trial(unique, "bogus")
+
+
+def test_counterfactual_trial_never_draws_the_precedents_own_key():
+    env = MemoryAgentBench("factconsolidation_sh_6k", data_dir=DATA_DIR, chunk_size=1)
+    next(iter(env.tasks()))  # only fact 0 shown: the only P19 key is the precedent's own
+    own = SimpleNamespace(key=("Thomas Kyd", "P19"), value="London")
+    assert env.trial(own, "support")
+    assert all(env.trial(own, "counterfactual") for _ in range(10))
 
 
 def test_trials_are_reproducible_per_seed():

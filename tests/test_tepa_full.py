@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
-from tepa import Memory, Observation, State, TEPAFull
+from tepa import Memory, Observation, State, TEPAFull, TEPARev
 
 KEY = "door"
 T, F = True, False
@@ -183,3 +185,9 @@ def test_set_trial_validates_and_threshold_arguments_pass_through():
     m.set_trial(always(True))
     assert see(m, 0, "red").state is State.HYPOTHESIS  # 2/3 <= 0.75: no trial yet
     assert m.trials == 0
+
+
+def test_threshold_parameters_mirror_tepa_rev():
+    full = inspect.signature(TEPAFull).parameters
+    for name, param in inspect.signature(TEPARev).parameters.items():
+        assert full[name].default == param.default and full[name].kind is param.KEYWORD_ONLY

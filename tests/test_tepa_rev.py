@@ -174,18 +174,33 @@ def test_repromotion_when_the_old_regime_returns():
 
 
 def test_repromotion_is_judged_on_evidence_since_revocation():
+    m = TEPARev(theta_pro=0.7)
+    a = see(m, 0, "red")
+    see(m, 1, "red")  # s=2: (1+2)/(2+2)=0.75 > 0.7 -> promoted
+    for t in range(2, 6):
+        see(m, t, "blue")  # s=2, f=4: 3/8=0.375 < 0.4 -> revoked at t=5, epoch 1 starts
+    see(m, 6, "red")  # since revocation s=1, f=0: 2/3=0.667, not above 0.7
+    assert a.state is State.REVOKED
+    see(m, 7, "red")  # s=2, f=0: 3/4=0.75 > 0.7 -> re-promoted here
+    assert a.state is State.ACTIVE and events(a)[-1] == (7, "repromoted")
+    assert (a.s, a.f, a.s_epoch, a.f_epoch, a.epoch) == (4, 4, 2, 0, 1)
+
+
+def test_failure_while_revoked_reconfirms_the_revocation():
     m = TEPARev()
     a = see(m, 0, "red")
     see(m, 1, "red")
     for t in range(2, 6):
-        see(m, t, "blue")  # revoked at t=5
-    see(m, 6, "red", holds=False)  # since revocation s=0, f=1
-    see(m, 7, "red")  # s=1, f=1: 2/4=0.5
-    see(m, 8, "red")  # s=2, f=1: 3/5=0.6, equal is not above
-    assert a.state is State.REVOKED
-    see(m, 9, "red")  # s=3, f=1: 4/6=0.667 > 0.6 -> re-promoted here
-    assert a.state is State.ACTIVE and events(a)[-1] == (9, "repromoted")
-    assert (a.s, a.f, a.s_epoch, a.f_epoch, a.epoch) == (5, 5, 3, 1, 1)
+        see(m, t, "blue")  # revoked at t=5: epoch 1
+    see(m, 6, "red")  # epoch 1: s=1, f=0 would re-promote; check it does, then revoke again
+    assert a.state is State.ACTIVE
+    for t in range(7, 12):
+        see(m, t, "blue")  # epoch 1 s=1, f=3 at t=9: 2/6=0.333 < 0.4 -> revoked, epoch 2
+    assert a.state is State.REVOKED and a.epoch == 2
+    see(m, 12, "red", holds=False)  # tried and failed while revoked: epoch 3 starts, lifetime f counts it
+    assert (a.f, a.s_epoch, a.f_epoch, a.epoch) == (8, 0, 0, 3)
+    see(m, 13, "red")  # since the last failure s=1, f=0: 2/3=0.667 > 0.6 -> re-promoted at once
+    assert a.state is State.ACTIVE and events(a)[-1] == (13, "repromoted")
 
 
 def test_revoked_precedent_counts_only_evidence_about_its_own_value():
@@ -199,8 +214,8 @@ def test_revoked_precedent_counts_only_evidence_about_its_own_value():
     see(m, 4, "blue")
     see(m, 5, "green", holds=False)
     assert (a.s, a.f, a.updated_t) == before == (1, 3, 3)
-    see(m, 6, "red", holds=False)
-    assert (a.s, a.f, a.f_epoch, a.updated_t) == (1, 4, 1, 6)
+    see(m, 6, "red", holds=False)  # counted in the lifetime f; it re-confirms the revocation (new epoch)
+    assert (a.s, a.f, a.f_epoch, a.epoch, a.updated_t) == (1, 4, 0, 2, 6)
 
 
 def test_retrieve_returns_active_precedents_as_evidence():

@@ -1,0 +1,171 @@
+"""End to end: synthetic run directories -> load -> tables, figures, README; plus the loader's rules."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.__main__ import main
+from analysis.load import load_runs
+from analysis.tables import Table, interval, latex_escape, number, pvalue, to_latex, to_markdown
+
+PHASES = (("stable", 30), ("full_reversal", 30), ("partial_reversal", 30), ("return", 30))
+LEVEL = {"no_memory": 0.3, "append_only": 0.2, "oracle_reset": 0.85, "tepa_rev": 0.8}
+
+
+def write_run(
+    root: Path,
+    experiment: str,
+    env: str,
+    memory: str,
+    seed: int,
+    *,
+    phases=PHASES,
+    complete: bool = True,
+    config: dict | None = None,
+    subdir: str = "",
+) -> Path:
+    """One run directory in the runner's layout, with success drawn around a per-method level."""
+    run = root / experiment / env / memory / f"seed={seed}" / subdir
+    run.mkdir(parents=True)
+    rng = np.random.default_rng([seed, len(memory), len(env)])
+    rows, t = [], 0
+    for phase, length in phases:
+        for _ in range(length):
+            level = LEVEL.get(memory, 0.2) if phase != "stable" or memory == "no_memory" else 0.8
+            rows.append(
+                {"experiment": experiment, "env": env, "memory": memory, "seed": seed, "t": t, "phase": phase}
+                | {"key": f"k{t % 3}", "action": "a", "correct": "a", "success": bool(rng.random() < level)}
+                | {"parse_ok": True, "reply": "a", "n_evidence": 1, "prompt_tokens": 50 + t, "cached": False}
+                | {"completion_tokens": 1, "latency": 0.0, "hypothesis": 0, "active": 1, "revoked": 0}
+                | ({"promotions": 1, "trials": t // 10} if memory == "tepa_rev" else {})
+            )
+            t += 1
+    pd.DataFrame(rows).to_parquet(run / "episodes.parquet")
+    events = [{"t": 3, "event": "promoted"}, {"t": 40, "event": "revoked"}, {"t": 95, "event": "repromoted"}]
+    if memory == "tepa_rev":
+        (run / "archive.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    meta = {"config": config or {"memory": {"name": memory}}, "complete": complete}
+    (run / "meta.json").write_text(json.dumps(meta))
+    return run
+
+
+@pytest.fixture(scope="module")
+def runs_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("runs")
+    for memory in LEVEL:
+        for seed in range(3):
+            write_run(root, "paper_controlled", "controlled_drift", memory, seed)
+    write_run(root, "paper_controlled", "controlled_drift", "lww", 0, complete=False)
+    for theta_rev in (0.3, 0.5):
+        for theta_rec in (0.4, 0.6):
+            config = {"memory": {"name": "tepa_rev", "theta_rev": theta_rev, "theta_rec": theta_rec}}
+            write_run(
+                root,
+                "sweep_thresholds",
+                "controlled_drift",
+                "tepa_rev",
+                0,
+                phases=PHASES[:2],
+                config=config,
+                subdir=f"rev={theta_rev},rec={theta_rec}",
+            )
+    return root
+
+
+def test_load_skips_incomplete_runs_and_fills_counters(runs_root):
+    logs = load_runs(runs_root)
+    assert len(logs.runs) == 4 * 3 + 4  # the incomplete LWW run is not read
+    assert "lww" not in set(logs.episodes["memory"])
+    assert "reply" not in logs.episodes
+    no_memory = logs.episodes[logs.episodes["memory"] == "no_memory"]
+    assert (no_memory["repromotions"] == 0).all() and no_memory["trials"].dtype == np.int64
+    assert set(logs.events["event"]) == {"promoted", "revoked", "repromoted"}
+    assert set(logs.events["memory"]) == {"tepa_rev"}
+    assert logs.runs.iloc[0]["config"]["complete"] is True
+
+
+def test_load_rejects_bad_logs(tmp_path):
+    run = write_run(tmp_path / "a", "paper_controlled", "controlled_drift", "lww", 0)
+    pd.read_parquet(run / "episodes.parquet").drop(columns="phase").to_parquet(run / "episodes.parquet")
+    with pytest.raises(ValueError, match="phase"):
+        load_runs(tmp_path / "a")
+    for subdir in ("x", "y"):
+        write_run(tmp_path / "b", "paper_controlled", "controlled_drift", "lww", 0, subdir=subdir)
+    with pytest.raises(ValueError, match="identical"):
+        load_runs(tmp_path / "b")
+    write_run(tmp_path / "c", "paper_controlled", "controlled_drift", "lww", 0, complete=False)
+    with pytest.raises(ValueError, match="no complete runs"):
+        load_runs(tmp_path / "c")
+    with pytest.raises(ValueError, match="root"):
+        load_runs(tmp_path / "missing")
+
+
+def test_cli_writes_deterministic_tables_figures_and_readme(runs_root, tmp_path):
+    out = tmp_path / "results"
+    assert main(["--runs", str(runs_root), "--out", str(out), "--quiet"]) == 0
+    tables = {p.name: p.read_bytes() for p in sorted((out / "tables").iterdir())}
+    figures = {p.name: p.read_bytes() for p in sorted((out / "figures").iterdir())}
+    readme = (out / "README.md").read_text()
+    for name in (
+        "paper_drift",
+        "success_paper_controlled",
+        "mpi_paper_controlled",
+        "paired_paper_controlled",
+    ):
+        for suffix in (".md", ".csv", ".tex"):
+            assert f"{name}{suffix}" in tables
+    assert {"adaptation_paper_controlled.csv", "cost_paper_controlled.csv", "sweep_thresholds.csv"} <= set(
+        tables
+    )
+    # Settings without runs are skipped, not rendered empty.
+    assert not any(name.startswith(("paper_preference", "paper_memoryagentbench")) for name in tables)
+    assert set(figures) == {
+        "success_over_time_paper_controlled_controlled_drift.png",
+        "mpi_paper_controlled.png",
+        "sweep_controlled_drift_tepa_rev.png",
+    }
+    assert all(data.startswith(b"\x89PNG") for data in figures.values())
+    assert "simulated" in readme and "not a real LLM" in readme
+    assert "![" in readme and "figures/mpi_paper_controlled.png" in readme
+    assert "Success (paper)" in readme and "| controlled_drift | Append-Only |" in readme
+
+    drift = pd.read_csv(out / "tables" / "paper_drift.csv").set_index("memory")
+    assert drift.loc["no_memory", "paper"] == 0.309 and bool(drift.loc["append_only", "paper_approximate"])
+    assert drift.loc["tepa_rev", "diff"] == pytest.approx(drift.loc["tepa_rev", "mean"] - 0.95, abs=1e-6)
+    sweep = pd.read_csv(out / "tables" / "sweep_thresholds.csv")
+    assert sorted(zip(sweep["theta_rec"], sweep["theta_rev"], strict=True)) == [
+        (0.4, 0.3),
+        (0.4, 0.5),
+        (0.6, 0.3),
+        (0.6, 0.5),
+    ]
+
+    (out / "tables" / "stale_table.md").write_text("old")
+    assert main(["--runs", str(runs_root), "--out", str(out), "--quiet"]) == 0
+    assert {p.name: p.read_bytes() for p in sorted((out / "tables").iterdir())} == tables
+    assert {p.name: p.read_bytes() for p in sorted((out / "figures").iterdir())} == figures
+    assert (out / "README.md").read_text() == readme
+
+
+def test_cli_reports_missing_runs(tmp_path):
+    assert main(["--runs", str(tmp_path / "nothing"), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+
+
+def test_formatting_is_fixed():
+    assert (
+        number(-0.0001) == "0.000" and number(0.5, signed=True) == "+0.500" and number(float("nan")) == "n/a"
+    )
+    assert number(float("-inf")) == "-inf"
+    assert (
+        interval(0.5, 0.4, 0.6) == "0.500 [0.400, 0.600]"
+        and interval(0.5, float("nan"), float("nan")) == "0.500"
+    )
+    assert pvalue(0.0004) == "<0.001" and pvalue(0.03125) == "0.031"
+    assert latex_escape("TEPA_Rev 50% ~0.31 & <0.001") == r"TEPA\_Rev 50\% $\sim$0.31 \& $<$0.001"
+    table = Table("t", "A | B", ["Setting", "Value"], [["x|y", "1.000"]], pd.DataFrame(), labels=1, note="n")
+    assert "| x\\|y | 1.000 |" in to_markdown(table) and "|---|--:|" in to_markdown(table)
+    latex = to_latex(table)
+    assert r"\begin{tabular}{lr}" in latex and r"\label{tab:t}" in latex and r"x|y & 1.000 \\" in latex

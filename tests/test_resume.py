@@ -1,0 +1,134 @@
+"""Interrupted streams resume to exactly the files an uninterrupted run writes; the log's atomic files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from envs.controlled_drift import ControlledDrift
+from runners.run import CONF_DIR, PROJECT_ROOT, execute
+from runners.runlog import (
+    ARCHIVE,
+    EPISODES,
+    META,
+    PARTIAL_ARCHIVE,
+    PARTIAL_EPISODES,
+    StreamLog,
+    atomic_write_bytes,
+    parquet_bytes,
+)
+
+
+def run(results, *overrides: str):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[f"results_dir={results}", *overrides], return_hydra_config=True)
+    return execute(cfg, cfg.hydra.runtime.choices)
+
+
+class FlakyDrift(ControlledDrift):
+    """Controlled drift whose execution breaks at step `fail_at` (a class attribute, so not part of the
+    config): an interruption at a known episode."""
+
+    fail_at: int | None = None
+
+    def execute(self, task, action):
+        if task.t == self.fail_at:
+            raise RuntimeError(f"interrupted at t={task.t}")
+        return super().execute(task, action)
+
+
+FLAKY = ("env=custom", f"env._target_={__name__}.FlakyDrift", "+env.phase_length=6", "memory=tepa_rev", "seed=2")
+
+
+def test_an_interrupted_stream_resumes_to_the_uninterrupted_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(FlakyDrift, "fail_at", 9)
+    with pytest.raises(RuntimeError, match="interrupted at t=9"):
+        run(tmp_path / "a", *FLAKY)
+    d = tmp_path / "a" / "runs" / "adhoc" / "flakydrift" / "tepa_rev" / "seed=2"
+    assert not (d / META).exists() and (d / PARTIAL_ARCHIVE).exists()
+    with open(d / PARTIAL_EPISODES, "a") as f:  # a torn last line, as a kill mid-write leaves it
+        f.write('{"experiment": "adh')
+    monkeypatch.setattr(FlakyDrift, "fail_at", None)
+    resumed = run(tmp_path / "a", *FLAKY)
+    assert [(s.replayed, s.episodes_run) for s in resumed.streams] == [(9, 24 - 9)]
+    run(tmp_path / "b", *FLAKY)
+    rel = d.relative_to(tmp_path / "a")
+    for name in (EPISODES, ARCHIVE):
+        assert (tmp_path / "a" / rel / name).read_bytes() == (tmp_path / "b" / rel / name).read_bytes()
+    assert not (d / PARTIAL_EPISODES).exists() and not (d / PARTIAL_ARCHIVE).exists()
+    assert json.loads((d / META).read_text())["replayed"] == 9
+
+
+def test_a_partial_log_of_another_config_is_discarded(tmp_path):
+    d = tmp_path / "runs" / "adhoc" / "controlled_drift" / "lww" / "seed=0"
+    d.mkdir(parents=True)
+    (d / PARTIAL_EPISODES).write_text('{"fingerprint": "not-this-one"}\n{"t": 0, "reply": "Answer: A"}\n')
+    summary = run(tmp_path, "env.phase_length=3", "memory=lww")
+    assert [(s.replayed, s.episodes_run) for s in summary.streams] == [(0, 12)]
+
+
+def test_a_run_killed_with_sigkill_resumes_to_an_identical_parquet(tmp_path):
+    args = ["env.phase_length=1000", "memory=tepa_rev", "seed=1"]  # 4000 episodes: long enough to kill
+    cmd = [sys.executable, "-m", "runners.run", *args, f"results_dir={tmp_path / 'a'}"]
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    d = tmp_path / "a" / "runs" / "adhoc" / "controlled_drift" / "tepa_rev" / "seed=1"
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            partial = d / PARTIAL_EPISODES
+            if partial.exists() and partial.read_bytes().count(b"\n") > 300:
+                break
+            time.sleep(0.002)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    assert not (d / META).exists()
+    logged = (d / PARTIAL_EPISODES).read_bytes().count(b"\n") - 1
+    assert 0 < logged < 4000
+
+    again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    meta = json.loads((d / META).read_text())
+    assert meta["complete"] and meta["replayed"] >= logged - 1 and meta["n_episodes"] == 4000
+
+    run(tmp_path / "b", *args)
+    rel = d.relative_to(tmp_path / "a")
+    assert (d / EPISODES).read_bytes() == (tmp_path / "b" / rel / EPISODES).read_bytes()
+    assert (d / ARCHIVE).read_bytes() == (tmp_path / "b" / rel / ARCHIVE).read_bytes()
+
+
+# --- runlog ------------------------------------------------------------------------------------------
+
+
+def test_atomic_write_replaces_whole_files_and_leaves_no_temporaries(tmp_path):
+    path = tmp_path / "sub" / "f.json"
+    atomic_write_bytes(path, b"one")
+    atomic_write_bytes(path, b"two")
+    assert path.read_bytes() == b"two" and os.listdir(path.parent) == ["f.json"]
+
+
+def test_parquet_is_a_deterministic_function_of_the_records():
+    records = [{"t": 0, "key": "a", "latency": 0.0, "ok": True}, {"t": 1, "key": "b", "latency": 0.5, "n": (1, 2)}]
+    as_logged = [json.loads(json.dumps(r)) for r in records]  # what a resumed stream reads back
+    assert parquet_bytes(records) == parquet_bytes(records) == parquet_bytes(as_logged)
+
+
+def test_completeness_needs_every_file_and_the_mark(tmp_path):
+    log = StreamLog(tmp_path / "s", "fp")
+    assert not log.is_complete()
+    log.open([])
+    log.append({"t": 0}, [{"event": "promote"}])
+    assert not log.is_complete()
+    log.finish([{"t": 0}], [{"event": "promote"}], {"seed": 0})
+    assert log.is_complete() and sorted(os.listdir(log.dir)) == [ARCHIVE, EPISODES, META]
+    (log.dir / ARCHIVE).unlink()
+    assert not log.is_complete()

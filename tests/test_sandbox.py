@@ -1,0 +1,245 @@
+"""The sandbox gate, the tools' versions and the tool worker, each on its own."""
+
+import os
+import shlex
+import statistics
+import tarfile
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from envs.sandbox import MAX_INVOCATION_CHARS, Refused, Sandbox, parse_invocation
+from envs.tool_worker import ToolWorker
+from envs.tools import FLAVOURS, TOOLS, VERSIONS, ToolError, subject_for
+
+
+# Test-only tools: module-level so that the worker can import them by name.
+def noop(argv: list[str], version: str, root: str) -> str:
+    return "noop: ok"
+
+
+def hang(argv: list[str], version: str, root: str) -> str:
+    time.sleep(60)
+    return "unreachable"
+
+
+def crash(argv: list[str], version: str, root: str) -> str:
+    os._exit(3)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A sandbox with a folder, a file, a link inside it and a link out of it; and an outside dir."""
+    root, outside = tmp_path / "box", tmp_path / "outside"
+    (root / "a").mkdir(parents=True)
+    (root / "a" / "f.txt").write_text("inside")
+    outside.mkdir()
+    (outside / "secret.txt").write_text("secret")
+    (root / "in_link").symlink_to(root / "a")
+    (root / "out_link").symlink_to(outside)
+    return Sandbox(root), outside
+
+
+def test_resolve_confines_paths(tree):
+    box, outside = tree
+    root = box.root
+    assert box.resolve("a/f.txt") == root / "a" / "f.txt"
+    assert box.resolve("a/new/file") == root / "a" / "new" / "file"
+    assert box.resolve(str(root / "a")) == root / "a"  # absolute, but inside
+    assert box.resolve("in_link/f.txt") == root / "a" / "f.txt"
+    assert box.resolve(".") == root
+    escapes = ["../outside/secret.txt", "a/../../outside", str(outside), "/etc/passwd", "out_link/secret.txt"]
+    for bad in [*escapes, "out_link", "in_link/../../outside", "", "a\x00b"]:
+        with pytest.raises(Refused):
+            box.resolve(bad)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    parts=st.lists(st.sampled_from(["a", "f.txt", "..", ".", "", "in_link", "out_link", "new"]), max_size=6),
+    absolute=st.booleans(),
+)
+def test_resolve_agrees_with_realpath(tree, parts, absolute):
+    """The fast path for plain relative paths gives exactly what os.path.realpath gives."""
+    box, _ = tree
+    path = ("/" if absolute else "") + "/".join(parts)
+    if not path:
+        return
+    real = os.path.realpath(os.path.join(box.root, path))
+    inside = real == str(box.root) or real.startswith(str(box.root) + os.sep)
+    if inside:
+        assert str(box.resolve(path)) == real
+    else:
+        with pytest.raises(Refused):
+            box.resolve(path)
+
+
+def test_parse_invocation_gate(tree):
+    box, outside = tree
+    allowed = {"archive", "publish"}
+    assert parse_invocation("archive --src a --out build/a.tar.gz", allowed, box) == [
+        "archive", "--src", "a", "--out", "build/a.tar.gz"]  # fmt: skip
+    assert parse_invocation("publish --file 'a/f.txt' --dest=www/x", allowed, box)[2] == "a/f.txt"
+    refusals = {
+        "rm -rf a": "not an allowed tool",
+        "/bin/sh -c 'ls'": "not an allowed tool",
+        "archive --src ../outside --out x": "escapes the sandbox",
+        f"archive --src {outside} --out x": "escapes the sandbox",
+        "archive --src out_link --out x": "escapes the sandbox",
+        "archive --src=../outside --out x": "escapes the sandbox",
+        "archive --src a; rm -rf /": "escapes the sandbox",  # no shell: ';' is just a character
+        "archive 'unclosed": "cannot parse",
+        "   ": "empty invocation",
+        "x" * (MAX_INVOCATION_CHARS + 1): "longer than",
+    }
+    for text, why in refusals.items():
+        with pytest.raises(Refused, match=why):
+            parse_invocation(text, allowed, box)
+    with pytest.raises(Refused, match="must be a string"):
+        parse_invocation(None, allowed, box)  # type: ignore[arg-type]
+
+
+@given(st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=60))
+def test_plain_text_splits_like_shlex(text):
+    """The fast split for plain ASCII must agree with shlex wherever it is taken."""
+    if any(c in text for c in "'\"\\"):
+        return
+    assert text.split() == shlex.split(text)
+
+
+def test_restore_rewrites_only_what_differs(tmp_path):
+    box = Sandbox(tmp_path)
+    files = {"d/x.txt": b"x", "d/sub/y.txt": b"y"}
+    box.restore("d", files)
+    inode = os.stat(tmp_path / "d" / "x.txt").st_ino
+    box.restore("d", files)  # already right: untouched
+    assert os.stat(tmp_path / "d" / "x.txt").st_ino == inode
+    (tmp_path / "d" / "extra").write_text("junk")
+    (tmp_path / "d" / "sub" / "y.txt").write_text("changed")
+    box.restore("d", files)
+    found = {str(p.relative_to(tmp_path)): p.read_bytes() for p in (tmp_path / "d").rglob("*") if p.is_file()}
+    assert found == files
+
+
+def _run(tool, flavour_or_version, subject, root):
+    """Run a job's invocation in-process; return None on success, else the failure message."""
+    box = Sandbox(root)
+    fixture = tool.fixture(subject)
+    tool.prepare(box, subject, fixture)
+    argv = shlex.split(tool.render(flavour_or_version[0], subject))
+    try:
+        tool.run(argv[1:], flavour_or_version[1], str(root))
+    except ToolError as exc:
+        return str(exc)
+    return tool.verify(box, subject, fixture, flavour_or_version[1])
+
+
+@pytest.mark.parametrize("name", sorted(TOOLS))
+def test_each_version_accepts_exactly_its_own_flavour(name, tmp_path):
+    tool = TOOLS[name]
+    subject = subject_for(tool, 7)  # a numbered round, not just the first name
+    kinds = set()
+    for version, v in VERSIONS.items():
+        for flavour in FLAVOURS:
+            problem = _run(tool, (flavour, version), subject, tmp_path)
+            if flavour == (v.syntax, v.convention):
+                assert problem is None, (version, flavour, problem)
+            else:
+                assert problem is not None, (version, flavour)
+                kinds.add("usage" if f"{name}: error:" in problem else "check")
+                assert str(tmp_path) not in problem  # messages never show the temp path
+    assert kinds == {"usage", "check"}  # a stale invocation can fail either way
+
+
+def test_real_artefacts_on_disk(tmp_path):
+    archive, convert = TOOLS["archive"], TOOLS["convert"]
+    assert _run(archive, ((0, 1), "2.0"), "reports", tmp_path) is None
+    with tarfile.open(tmp_path / "dist" / "reports.tar.gz") as tar:
+        assert sorted(tar.getnames()) == sorted(archive.fixture("reports"))
+    assert _run(convert, ((1, 1), "3.0"), "sales", tmp_path) is None
+    lines = (tmp_path / "out" / "sales.json").read_text().splitlines()
+    assert len(lines) == 4 and all(line.startswith("{") for line in lines)
+
+
+def test_tools_confine_paths_themselves(tmp_path):
+    """Defence in depth: a tool refuses an escaping path even if the gate were bypassed."""
+    (tmp_path / "box").mkdir()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep")
+    publish = TOOLS["publish"]
+    with pytest.raises(ToolError, match="escapes the sandbox"):
+        publish.run(["--file", "x", "--dest", "../outside.txt"], "1.0", str(tmp_path / "box"))
+    assert outside.read_text() == "keep"
+
+
+def test_archive_never_follows_links(tmp_path):
+    box = tmp_path / "box"
+    (box / "docs").mkdir(parents=True)
+    (box / "docs" / "a.txt").write_text("a")
+    (tmp_path / "secret.txt").write_text("secret")
+    (box / "docs" / "leak.txt").symlink_to(tmp_path / "secret.txt")
+    TOOLS["archive"].run(["--src", "docs", "--out", "build/docs.tar.gz"], "1.0", str(box))
+    with tarfile.open(box / "build" / "docs.tar.gz") as tar:
+        assert tar.getnames() == ["docs/a.txt"]
+
+
+def test_worker_runs_tools_and_reports_failures(tmp_path):
+    with ToolWorker() as worker:
+        ok, message = worker.call("publish", ["--nope"], "1.0", str(tmp_path), 5.0)
+        assert not ok and message.startswith("publish: error: unrecognized arguments: --nope")
+        ok, message = worker.call(
+            "archive", ["--src", "missing", "--out", "x.tgz"], "1.0", str(tmp_path), 5.0
+        )
+        assert not ok and message == "archive: error: missing: not a directory"
+
+
+def test_worker_stops_a_hanging_call_and_recovers(tmp_path):
+    with ToolWorker({"hang": hang, "noop": noop}) as worker:
+        assert worker.call("noop", [], "", str(tmp_path), 5.0) == (True, "noop: ok")
+        first = worker.pid
+        start = time.monotonic()
+        ok, message = worker.call("hang", [], "", str(tmp_path), 0.3)
+        assert time.monotonic() - start < 3.0
+        assert not ok and "stopped" in message and "0.3 s" in message
+        assert worker.pid is None and worker.stopped_calls == 1
+        with pytest.raises(ProcessLookupError):
+            os.kill(first, 0)  # killed and reaped
+        assert worker.call("noop", [], "", str(tmp_path), 5.0) == (True, "noop: ok")
+        assert worker.pid not in (None, first)
+
+
+def test_worker_survives_a_crashing_tool(tmp_path):
+    with ToolWorker({"crash": crash, "noop": noop}) as worker:
+        ok, message = worker.call("crash", [], "", str(tmp_path), 5.0)
+        assert not ok and "died (exit code 3)" in message
+        assert worker.call("noop", [], "", str(tmp_path), 5.0) == (True, "noop: ok")
+
+
+def test_worker_close_stops_the_process(tmp_path):
+    worker = ToolWorker({"noop": noop})
+    worker.call("noop", [], "", str(tmp_path), 5.0)
+    pid = worker.pid
+    worker.close()
+    worker.close()  # idempotent
+    assert worker.pid is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_worker_rejects_tools_it_cannot_send():
+    with pytest.raises(ValueError, match="extra_tools"):
+        ToolWorker({"anon": lambda argv, version, root: "x"})
+
+
+def test_worker_overhead_per_call(tmp_path):
+    """A round trip to the persistent worker costs far less than a process start (measured: tens of us)."""
+    with ToolWorker({"noop": noop}) as worker:
+        worker.call("noop", [], "", str(tmp_path), 5.0)
+        times = []
+        for _ in range(300):
+            start = time.perf_counter()
+            worker.call("noop", [], "", str(tmp_path), 5.0)
+            times.append(time.perf_counter() - start)
+    assert statistics.median(times) < 1e-3
