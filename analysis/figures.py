@@ -58,7 +58,7 @@ def method_colors(methods: Iterable[str]) -> dict[str, str]:
 
 def _save(figure: Figure, path: Path) -> None:
     FigureCanvasAgg(figure)
-    figure.savefig(path, dpi=DPI, metadata=PNG_METADATA, bbox_inches="tight")
+    figure.savefig(path, dpi=DPI, metadata=PNG_METADATA)
 
 
 def _phase_starts(rows: pd.DataFrame, phases: list[str]) -> list[tuple[str, int]]:
@@ -72,7 +72,7 @@ def success_over_time(
     """Rolling success of each method (per seed, then averaged over seeds) with phases shaded."""
     rows = episodes[(episodes["experiment"] == experiment) & (episodes["env"] == env)]
     colors = method_colors(rows["memory"])
-    figure = Figure(figsize=(10, 4.2))
+    figure = Figure(figsize=(10, 4.2), layout="constrained")
     ax = figure.add_subplot()
     starts = _phase_starts(rows, phases)
     end = int(rows["t"].max()) + 1
@@ -109,7 +109,7 @@ def success_over_time(
     ax.set_ylabel(f"success, rolling mean of {window}")
     title = f"{experiment} / {env_label(env)}: success over time (mean over {n_seeds} seeds)"
     ax.set_title(title, pad=22)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=9)
+    figure.legend(loc="outside right upper", frameon=False, fontsize=9)
     _save(figure, path)
     return FigureFile(path, title)
 
@@ -124,27 +124,23 @@ def mpi_bars(analysis: Analysis, experiment: str, path: Path) -> FigureFile | No
     for setting in pairs:
         phases = analysis.phases[setting] + ([OVERALL] if len(analysis.phases[setting]) > 1 else [])
         for phase in phases:
-            label = (
-                phase.replace("_", " ")
-                if len(pairs) == 1
-                else f"{env_label(setting[1])}\n{phase.replace('_', ' ')}"
-            )
+            name, source = phase.replace("_", " "), env_label(setting[1])
+            label = name if len(pairs) == 1 else source if len(phases) == 1 else f"{source}\n{name}"
             groups.append((setting[1], phase, label))
     methods = sorted_methods(data["memory"])
     colors = method_colors(methods)
     width = 0.8 / len(methods)
-    figure = Figure(figsize=(max(7.0, 1.3 * len(groups) + 2), 4.2))
+    figure = Figure(figsize=(max(7.0, 1.3 * len(groups) + 2), 4.2), layout="constrained")
     ax = figure.add_subplot()
     x = np.arange(len(groups))
+    cells = {(r["env"], r["phase"], r["memory"]): r for r in data.to_dict("records")}
+    missing = {"mean": np.nan, "low": np.nan, "high": np.nan}
     for i, method in enumerate(methods):
-        values, low, high = [], [], []
-        for env, phase, _ in groups:
-            row = data[(data["env"] == env) & (data["phase"] == phase) & (data["memory"] == method)]
-            mean = float(row["mean"].iloc[0]) if len(row) else np.nan
-            values.append(mean)
-            low.append(mean - float(row["low"].iloc[0]) if len(row) else np.nan)
-            high.append(float(row["high"].iloc[0]) - mean if len(row) else np.nan)
-        errors = np.nan_to_num(np.array([low, high]))
+        found = [cells.get((env, phase, method), missing) for env, phase, _ in groups]
+        values = np.array([r["mean"] for r in found])
+        errors = np.nan_to_num(
+            np.array([values - [r["low"] for r in found], [r["high"] for r in found] - values])
+        )
         offset = (i - (len(methods) - 1) / 2) * width
         ax.bar(
             x + offset,
@@ -162,7 +158,7 @@ def mpi_bars(analysis: Analysis, experiment: str, path: Path) -> FigureFile | No
     ax.set_xlabel("phase" if len(pairs) == 1 else "source / phase")
     title = f"{experiment}: memory pollution index (> 0: worse than No Memory)"
     ax.set_title(title)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=9)
+    figure.legend(loc="outside right upper", frameon=False, fontsize=9)
     _save(figure, path)
     return FigureFile(path, title)
 
@@ -183,7 +179,7 @@ def sweep_heatmaps(analysis: Analysis, directory: Path) -> list[FigureFile]:
             grid = of_env[of_env["memory"] == method].pivot_table(
                 index=y_name, columns=x_name, values="mean", aggfunc="mean"
             )
-            figure = Figure(figsize=(1.1 * grid.shape[1] + 3, 0.8 * grid.shape[0] + 2))
+            figure = Figure(figsize=(1.1 * grid.shape[1] + 3, 0.8 * grid.shape[0] + 2), layout="constrained")
             ax = figure.add_subplot()
             image = ax.imshow(grid.to_numpy(), origin="lower", cmap="viridis", vmin=0, vmax=1, aspect="auto")
             for (r, c), value in np.ndenumerate(grid.to_numpy()):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,8 +28,11 @@ REQUIRED_COLUMNS = (*LABELS, "t", "phase", "success")
 COUNTERS = ("promotions", "revocations", "repromotions", "trials", "trial_passes")
 STATE_COUNTS = ("hypothesis", "active", "revoked")
 EVENT_COLUMNS = ("t", "event", "reason", "id", "key", "value", "s", "f", "state")
-#: Columns too large to be worth loading for analysis (the raw model reply).
-SKIPPED_COLUMNS = ("reply",)
+#: The episode columns the analysis uses; the others (task keys, actions, raw replies) are not read,
+#: which keeps loading a full reproduction fast.
+ANALYSIS_COLUMNS = (*REQUIRED_COLUMNS, "prompt_tokens", *COUNTERS, *STATE_COUNTS)
+#: Threads reading run files concurrently.
+_READERS = 4
 #: The threshold-sweep experiment: its runs share labels and differ only in their resolved config.
 SWEEP_EXPERIMENT = "sweep_thresholds"
 
@@ -87,13 +91,13 @@ def find_runs(root: str | Path) -> list[Path]:
 
 
 def read_episodes(run_dir: Path) -> pa.Table:
-    """episodes.parquet of one run as an Arrow table, without the raw replies."""
+    """The ANALYSIS_COLUMNS of one run's episodes.parquet (those it has) as an Arrow table."""
     path = run_dir / "episodes.parquet"
     names = pq.read_schema(path).names
     missing = [c for c in REQUIRED_COLUMNS if c not in names]
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
-    return pq.read_table(path, columns=[c for c in names if c not in SKIPPED_COLUMNS])
+    return pq.read_table(path, columns=[c for c in ANALYSIS_COLUMNS if c in names])
 
 
 def read_events(run_dir: Path) -> list[dict]:
@@ -125,26 +129,37 @@ def _check_unique(runs: pd.DataFrame) -> None:
         )
 
 
+def _read_run(root: Path, run_dir: Path) -> tuple[str, pa.Table, list[dict], dict]:
+    return (
+        run_dir.relative_to(root).as_posix(),
+        read_episodes(run_dir),
+        read_events(run_dir),
+        read_meta(run_dir),
+    )
+
+
 def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:
     """Read every complete run under `root` into one RunLogs (episodes sorted by run and t).
 
-    Runs are concatenated as Arrow tables and converted to pandas once (per-run pandas work would
-    dominate the load time of a full reproduction). Counters a run does not log are read as 0.
+    Files are read on a few threads (Arrow decodes without the GIL), concatenated as Arrow tables and
+    converted to pandas once: per-run pandas work would dominate the load time of a full
+    reproduction. Counters a run does not log are read as 0.
     """
     root = Path(root)
+    run_dirs = find_runs(root)
     tables, events, runs = [], [], []
-    for run_dir in tqdm(find_runs(root), desc="reading runs", unit="run", disable=not progress):
-        run = run_dir.relative_to(root).as_posix()
-        table = read_episodes(run_dir)
-        if table.num_rows == 0:
-            log.info("run %s has no episodes; skipped", run)
-            continue
-        labels = _labels(table, run)
-        tables.append(table.append_column("run", pa.array([run] * table.num_rows, pa.string())))
-        events += [{"run": run, **labels, **event} for event in read_events(run_dir)]
-        runs.append(
-            {"run": run, **labels, "n_episodes": table.num_rows, "config": flatten(read_meta(run_dir))}
-        )
+    with ThreadPoolExecutor(max_workers=_READERS) as pool:
+        loaded = pool.map(lambda run_dir: _read_run(root, run_dir), run_dirs)
+        for run, table, archive, meta in tqdm(
+            loaded, total=len(run_dirs), desc="reading runs", unit="run", disable=not progress
+        ):
+            if table.num_rows == 0:
+                log.info("run %s has no episodes; skipped", run)
+                continue
+            labels = _labels(table, run)
+            tables.append(table.append_column("run", pa.array([run] * table.num_rows, pa.string())))
+            events += [{"run": run, **labels, **event} for event in archive]
+            runs.append({"run": run, **labels, "n_episodes": table.num_rows, "config": flatten(meta)})
     if not runs:
         raise ValueError(f"root: no complete runs with episodes under {root}")
     runs_frame = pd.DataFrame(runs)

@@ -8,7 +8,7 @@ the tables and figures made from them are deterministic.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,28 +71,34 @@ def _natural(text: str) -> str:
     return re.sub(r"\d+", lambda m: m.group().zfill(10), text)
 
 
+def _distinct(names: Iterable[str]) -> set[str]:
+    # A pandas column is reduced first: iterating an Arrow-backed column element by element is slow.
+    return set(names.unique() if isinstance(names, pd.Series) else names)
+
+
 def sorted_experiments(names: Iterable[str]) -> list[str]:
     """Paper experiments in paper order, then the others alphabetically."""
     order = {name: i for i, name in enumerate(EXPERIMENT_ORDER)}
-    return sorted(set(names), key=lambda n: (order.get(n, len(order)), n))
+    return sorted(_distinct(names), key=lambda n: (order.get(n, len(order)), n))
 
 
 def sorted_envs(names: Iterable[str]) -> list[str]:
     """Env labels in natural order (6k before 32k before 262k)."""
-    return sorted(set(names), key=_natural)
+    return sorted(_distinct(names), key=_natural)
 
 
 def sorted_methods(names: Iterable[str]) -> list[str]:
     """The nine methods in METHOD_ORDER, then any other (a user's own) alphabetically."""
     order = {name: i for i, name in enumerate(METHOD_ORDER)}
-    return sorted(set(names), key=lambda n: (order.get(n, len(order)), n))
+    return sorted(_distinct(names), key=lambda n: (order.get(n, len(order)), n))
 
 
 def settings(frame: pd.DataFrame) -> list[tuple[str, str]]:
     """The (experiment, env) pairs in `frame`, in display order."""
     if frame.empty:
         return []
-    pairs = set(zip(frame["experiment"], frame["env"], strict=True))
+    distinct = frame[["experiment", "env"]].drop_duplicates()
+    pairs = set(zip(distinct["experiment"], distinct["env"], strict=True))
     return [
         (e, v)
         for e in sorted_experiments(p[0] for p in pairs)
@@ -136,30 +142,49 @@ def _phases_with_overall(phases: dict[tuple[str, str], list[str]], setting: tupl
     return [*phases.get(setting, []), OVERALL]
 
 
+class _SeedValues:
+    """Per-seed values of every (experiment, env, memory, phase), indexed once for fast matching."""
+
+    _EMPTY = (np.empty(0, dtype=np.int64), np.empty(0))
+
+    def __init__(self, frame: pd.DataFrame, value: str) -> None:
+        self.values: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self.methods: dict[tuple[str, str], list[str]] = {}
+        if frame.empty:
+            return
+        ordered = frame.sort_values("seed", kind="stable")
+        for key, group in ordered.groupby(["experiment", "env", "memory", "phase"], sort=False):
+            self.values[key] = (group["seed"].to_numpy(), group[value].to_numpy(dtype=float))
+        for experiment, env, memory, _ in self.values:
+            self.methods.setdefault((experiment, env), []).append(memory)
+        self.methods = {k: sorted_methods(v) for k, v in self.methods.items()}
+
+    def get(self, setting: tuple[str, str], method: str, phase: str) -> tuple[np.ndarray, np.ndarray]:
+        """(seeds, values) in seed order; empty arrays when there is no such run."""
+        return self.values.get((*setting, method, phase), self._EMPTY)
+
+    def matched(self, setting: tuple[str, str], a: str, b: str, phase: str) -> tuple[np.ndarray, np.ndarray]:
+        """Values of methods a and b on the seeds both have, in seed order."""
+        seeds_a, values_a = self.get(setting, a, phase)
+        seeds_b, values_b = self.get(setting, b, phase)
+        _, ia, ib = np.intersect1d(seeds_a, seeds_b, return_indices=True)
+        return values_a[ia], values_b[ib]
+
+
 def summarize_success(per_seed: pd.DataFrame, phases: dict[tuple[str, str], list[str]]) -> pd.DataFrame:
     """Mean success over seeds with 95% CI per (experiment, env, memory, phase)."""
+    index = _SeedValues(per_seed, "success")
     records = []
     for setting in settings(per_seed):
-        in_setting = per_seed[(per_seed["experiment"] == setting[0]) & (per_seed["env"] == setting[1])]
-        for method in sorted_methods(in_setting["memory"]):
-            rows = in_setting[in_setting["memory"] == method]
+        for method in index.methods[setting]:
             for phase in _phases_with_overall(phases, setting):
-                values = rows.loc[rows["phase"] == phase, "success"].to_numpy()
+                _, values = index.get(setting, method, phase)
                 if len(values):
                     records.append(
                         {"experiment": setting[0], "env": setting[1], "memory": method, "phase": phase}
                         | _estimate_columns(mean_ci(values))
                     )
     return pd.DataFrame.from_records(records)
-
-
-def _matched(rows: pd.DataFrame, method: str, other: str, phase: str) -> tuple[np.ndarray, np.ndarray]:
-    """Per-seed values of two methods on the seeds both have, in seed order."""
-    at = rows[rows["phase"] == phase]
-    a = at[at["memory"] == method].set_index("seed")["success"]
-    b = at[at["memory"] == other].set_index("seed")["success"]
-    seeds = sorted(set(a.index) & set(b.index))
-    return a.loc[seeds].to_numpy(dtype=float), b.loc[seeds].to_numpy(dtype=float)
 
 
 def _pollution(reference: np.ndarray, method: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -178,16 +203,16 @@ def mpi(
     bootstrap of the ratio). MPI > 0: memory made the agent worse than no memory at all. NaN when
     S_ref = 0. Settings without `reference` runs are absent from the result.
     """
+    index = _SeedValues(per_seed, "success")
     records = []
     for setting in settings(per_seed):
-        rows = per_seed[(per_seed["experiment"] == setting[0]) & (per_seed["env"] == setting[1])]
-        if reference not in set(rows["memory"]):
+        if reference not in index.methods[setting]:
             continue
-        for method in sorted_methods(rows["memory"]):
+        for method in index.methods[setting]:
             if method == reference:
                 continue
             for phase in _phases_with_overall(phases, setting):
-                ref, values = _matched(rows, reference, method, phase)
+                ref, values = index.matched(setting, reference, method, phase)
                 if not len(ref):
                     continue
                 if ref.mean() == 0:
@@ -211,16 +236,16 @@ def paired_tests(
     (exact up to 16 seeds: with fewer than 6 seeds it cannot fall below 0.05), its Holm adjustment across
     the other methods of the same setting and phase (one family), and Cohen's d_z.
     """
+    index = _SeedValues(per_seed, "success")
     records = []
     for setting in settings(per_seed):
-        rows = per_seed[(per_seed["experiment"] == setting[0]) & (per_seed["env"] == setting[1])]
-        if method not in set(rows["memory"]):
+        if method not in index.methods[setting]:
             continue
-        others = [m for m in sorted_methods(rows["memory"]) if m != method]
+        others = [m for m in index.methods[setting] if m != method]
         for phase in _phases_with_overall(phases, setting):
             family = []
             for other in others:
-                a, b = _matched(rows, method, other, phase)
+                a, b = index.matched(setting, method, other, phase)
                 if len(a):
                     family.append((other, paired_comparison(a, b)))
             adjusted = holm([c.p_value for _, c in family])
@@ -234,7 +259,9 @@ def paired_tests(
     return pd.DataFrame.from_records(records)
 
 
-def recovery_lag(success: Iterable[float], target: float, *, window: int, tolerance: float) -> float:
+def recovery_lag(
+    success: Sequence[float] | np.ndarray, target: float, *, window: int, tolerance: float
+) -> float:
     """Episodes of a phase that pass before its success rate is back at `target`.
 
     Precisely: the smallest i >= 0 such that the mean success over episodes i .. i + window - 1 of the
@@ -247,7 +274,7 @@ def recovery_lag(success: Iterable[float], target: float, *, window: int, tolera
         raise ValueError(f"window: must be >= 1, got {window}")
     if tolerance < 0:
         raise ValueError(f"tolerance: must be >= 0, got {tolerance}")
-    s = np.asarray(list(success), dtype=float)
+    s = np.asarray(success, dtype=float)
     if not len(s):
         return float("nan")
     w = min(window, len(s))
@@ -276,31 +303,30 @@ def adaptation(
     """
     if window < 1:
         raise ValueError(f"window: must be >= 1, got {window}")
+    ordered = episodes.sort_values(["run", "t"], kind="stable")
+    phase_of = ordered["phase"].to_numpy()
+    success = ordered["success"].to_numpy(dtype=float)
+    t = ordered["t"].to_numpy()
     stable: dict[tuple[str, str, str, int], float] = {}
-    phase_series = []
-    for (experiment, env, memory, seed), run in episodes.groupby(list(LABELS), sort=False):
+    segments = []
+    for (experiment, env, memory, seed), rows in ordered.groupby(list(LABELS), sort=False).indices.items():
         order = phases[(experiment, env)]
-        by_phase = {p: g for p, g in run.groupby("phase", sort=False)}
-        if len(order) < 2 or order[0] not in by_phase:
+        masks = {phase: rows[phase_of[rows] == phase] for phase in order}
+        if len(order) < 2 or not len(masks[order[0]]):
             continue
-        first = by_phase[order[0]].sort_values("t")["success"].to_numpy(dtype=float)
-        stable[(experiment, env, memory, seed)] = float(first[-window:].mean())
-        for phase in order[1:]:
-            if phase in by_phase:
-                g = by_phase[phase].sort_values("t")
-                phase_series.append((experiment, env, memory, seed, phase, int(g["t"].iloc[0]), g["success"]))
+        stable[(experiment, env, memory, seed)] = float(success[masks[order[0]]][-window:].mean())
+        segments += [(experiment, env, memory, seed, p, masks[p]) for p in order[1:] if len(masks[p])]
     records = []
-    for experiment, env, memory, seed, phase, boundary_t, success in phase_series:
-        level_of = memory if reference is None else reference
-        target = stable.get((experiment, env, level_of, seed), float("nan"))
+    for experiment, env, memory, seed, phase, rows in segments:
+        target = stable.get((experiment, env, memory if reference is None else reference, seed), float("nan"))
         lag = (
             float("nan")
             if np.isnan(target)
-            else recovery_lag(success, target, window=window, tolerance=tolerance)
+            else recovery_lag(success[rows], target, window=window, tolerance=tolerance)
         )
         records.append(
             {"experiment": experiment, "env": env, "memory": memory, "seed": int(seed), "phase": phase}
-            | {"boundary_t": boundary_t, "target": target, "lag": lag}
+            | {"boundary_t": int(t[rows[0]]), "target": target, "lag": lag}
         )
     columns = ["experiment", "env", "memory", "seed", "phase", "boundary_t", "target", "lag"]
     return pd.DataFrame.from_records(records, columns=columns)
@@ -314,26 +340,22 @@ def summarize_adaptation(
     Seeds that never recovered are counted (n_recovered of n) but not averaged: their lag is censored
     at the phase end. The difference to `reference` is paired over seeds on which both recovered.
     """
+    index = _SeedValues(lags, "lag")
+    nan = Estimate(float("nan"), float("nan"), float("nan"), 0)
     records = []
-    if lags.empty:
-        return pd.DataFrame.from_records(records)
     for setting in settings(lags):
-        rows = lags[(lags["experiment"] == setting[0]) & (lags["env"] == setting[1])]
         for phase in phases[setting][1:]:
-            at = rows[rows["phase"] == phase]
-            ref = at[at["memory"] == reference].set_index("seed")["lag"]
-            for method in sorted_methods(at["memory"]):
-                lag = at[at["memory"] == method].set_index("seed")["lag"]
-                recovered = lag.dropna()
-                seeds = sorted(set(recovered.index) & set(ref.dropna().index))
-                diff = (
-                    mean_ci(recovered.loc[seeds].to_numpy() - ref.loc[seeds].to_numpy())
-                    if method != reference
-                    else Estimate(float("nan"), float("nan"), float("nan"), 0)
-                )
+            for method in index.methods[setting]:
+                _, lag = index.get(setting, method, phase)
+                if not len(lag):
+                    continue
+                recovered = lag[~np.isnan(lag)]
+                own, ref = index.matched(setting, method, reference, phase)
+                both = ~np.isnan(own) & ~np.isnan(ref)
+                diff = nan if method == reference else mean_ci(own[both] - ref[both])
                 records.append(
                     {"experiment": setting[0], "env": setting[1], "phase": phase, "memory": method}
-                    | _estimate_columns(mean_ci(recovered.to_numpy()))
+                    | _estimate_columns(mean_ci(recovered))
                     | {"n_recovered": len(recovered), "n_runs": len(lag)}
                     | _estimate_columns(diff, "diff_")
                 )
@@ -378,11 +400,11 @@ COST_METRICS = (
 
 def summarize_costs(costs: pd.DataFrame) -> pd.DataFrame:
     """Mean over seeds with 95% CI of every per-run cost metric, per condition (long format)."""
+    groups = dict(iter(costs.groupby(CONDITION, sort=False))) if len(costs) else {}
     records = []
     for setting in settings(costs):
-        rows = costs[(costs["experiment"] == setting[0]) & (costs["env"] == setting[1])]
-        for method in sorted_methods(rows["memory"]):
-            of_method = rows[rows["memory"] == method]
+        for method in sorted_methods(m for e, v, m in groups if (e, v) == setting):
+            of_method = groups[(*setting, method)]
             for metric in COST_METRICS:
                 values = of_method[metric].dropna().to_numpy(dtype=float)
                 records.append(
@@ -466,7 +488,9 @@ def analyse(
 ) -> Analysis:
     """Compute every metric of the analysis from loaded run logs (see the functions above)."""
     is_sweep = logs.episodes["experiment"] == SWEEP_EXPERIMENT
-    episodes, sweep_episodes = logs.episodes[~is_sweep], logs.episodes[is_sweep]
+    episodes, sweep_episodes = logs.episodes, logs.episodes.iloc[:0]
+    if is_sweep.any():  # a boolean filter copies every column: skip it when there is nothing to drop
+        episodes, sweep_episodes = logs.episodes[~is_sweep], logs.episodes[is_sweep]
     events = logs.events[logs.events["experiment"] != SWEEP_EXPERIMENT]
     phases = phase_orders(logs.episodes)
     per_seed = success_per_seed(episodes) if len(episodes) else pd.DataFrame(columns=[*LABELS, "phase"])

@@ -59,9 +59,10 @@ def number(x: float, digits: int = 3, *, signed: bool = False) -> str:
 
 
 def interval(mean: float, low: float, high: float, digits: int = 3, *, signed: bool = False) -> str:
-    """ "mean [low, high]", or just the mean when the interval is undefined (one seed)."""
+    """Text "mean [low, high]"; just the mean when the interval is undefined (one seed) or a point
+    (all seeds agree), where brackets would only repeat it."""
     text = number(mean, digits, signed=signed)
-    if text == MISSING or math.isnan(low) or math.isnan(high):
+    if text == MISSING or math.isnan(low) or math.isnan(high) or low == high:
         return text
     return f"{text} [{number(low, digits)}, {number(high, digits)}]"
 
@@ -168,9 +169,9 @@ def _of(frame: pd.DataFrame, **where: str) -> pd.DataFrame:
     return frame[mask]
 
 
-def _one(frame: pd.DataFrame, **where: str) -> pd.Series | None:
-    rows = _of(frame, **where)
-    return None if rows.empty else rows.iloc[0]
+def _keyed(frame: pd.DataFrame, *keys: str) -> dict[tuple, dict]:
+    """Rows as dicts keyed by the values of `keys`, for cell lookups (a mask per cell is slow)."""
+    return {tuple(r[k] for k in keys): r for r in frame.to_dict("records")} if len(frame) else {}
 
 
 def _phase_columns(analysis: Analysis, experiment: str, pairs: list[tuple[str, str]]) -> list[str]:
@@ -187,6 +188,7 @@ def _wide(
     """Setting x method rows with one "mean [CI]" cell per phase."""
     pairs = [s for s in settings(estimates) if s[0] == experiment]
     phases = _phase_columns(analysis, experiment, pairs)
+    keyed = _keyed(estimates, "experiment", "env", "memory", "phase")
     rows = []
     for setting in pairs:
         of_setting = _of(estimates, experiment=setting[0], env=setting[1])
@@ -195,7 +197,7 @@ def _wide(
                 continue
             cells = []
             for phase in phases:
-                row = _one(of_setting, memory=method, phase=phase)
+                row = keyed.get((*setting, method, phase))
                 cells.append(MISSING if row is None else interval(row["mean"], row["low"], row["high"]))
             rows.append([env_label(setting[1]), method_label(method), *cells])
     return ["Setting", "Method", *phases], rows
@@ -204,7 +206,10 @@ def _wide(
 def _seeds_note(frame: pd.DataFrame) -> str:
     counts = sorted(set(int(n) for n in frame["n"])) if "n" in frame and len(frame) else []
     seeds = "/".join(str(c) for c in counts) if counts else "0"
-    return f"Mean over seeds ({seeds} seeds per cell) [95% bootstrap CI over seeds]."
+    return (
+        f"Mean over seeds ({seeds} seeds per cell) [95% bootstrap CI over seeds; omitted when all "
+        "seeds agree]."
+    )
 
 
 # --------------------------------------------------------------------------------------- paper tables
@@ -214,6 +219,7 @@ def _paper_rows(
     analysis: Analysis, experiment: str, env: str, phase: str, *, with_mpi: bool
 ) -> tuple[list[list[str]], list[dict]]:
     """Our success (and MPI) for each method of one cell of a paper table, beside the paper's."""
+    mpis = _keyed(_of(analysis.mpi, experiment=experiment, env=env, phase=phase), "memory")
     rows, data = [], []
     for _, row in _of(analysis.success, experiment=experiment, env=env, phase=phase).iterrows():
         method = row["memory"]
@@ -234,7 +240,7 @@ def _paper_rows(
         }
         record |= {"diff": diff}
         if with_mpi:
-            mpi = _one(analysis.mpi, experiment=experiment, env=env, phase=phase, memory=method)
+            mpi = mpis.get((method,))
             mpi_ref = paper.lookup(experiment, env, phase, method, "mpi")
             cells.append("" if mpi is None else interval(mpi["mean"], mpi["low"], mpi["high"]))
             cells.append(reference(mpi_ref, 2))
@@ -275,9 +281,10 @@ def _paper_table(
 def _gain_note(analysis: Analysis, experiment: str, env: str) -> str:
     """Our TEPA-Rev - Append-Only at full reversal beside the paper's ~0.74, p < 0.001."""
     ref = paper.lookup(experiment, env, "full_reversal", TEPA_REV, "diff", "append_only")
-    ours = _one(analysis.paired, experiment=experiment, env=env, phase="full_reversal", other="append_only")
-    if ref is None or ours is None:
+    matches = _of(analysis.paired, experiment=experiment, env=env, phase="full_reversal", other="append_only")
+    if ref is None or matches.empty:
         return ""
+    ours = matches.iloc[0]
     return (
         f"{env_label(env)}: TEPA-Rev - Append-Only = "
         f"{interval(ours['diff'], ours['diff_low'], ours['diff_high'], signed=True)}, "
@@ -493,19 +500,21 @@ def cost_table(analysis: Analysis, experiment: str) -> Table | None:
     data = _of(analysis.cost_summary, experiment=experiment)
     if data.empty:
         return None
+    keyed = _keyed(data, "env", "memory", "metric")
     rows = []
     for setting in [s for s in settings(data) if s[0] == experiment]:
         of_setting = _of(data, experiment=setting[0], env=setting[1])
         for method in dict.fromkeys(of_setting["memory"]):
             cells = []
             for metric, _, digits in _COSTS:
-                r = _one(of_setting, memory=method, metric=metric)
+                r = keyed.get((setting[1], method, metric))
                 cells.append(MISSING if r is None else interval(r["mean"], r["low"], r["high"], digits))
             rows.append([env_label(setting[1]), method_label(method), *cells])
     columns = ["Setting", "Method", *(label for _, label, _ in _COSTS)]
     note = (
-        "Mean per run [95% CI over seeds]. Lifecycle counts come from archive.jsonl; trials are "
-        "trial executions (TEPA-Full); trials / promotion counts promotions and re-promotions."
+        "Mean per run [95% CI over seeds; omitted when all seeds agree]. Lifecycle counts come "
+        "from archive.jsonl; trials are trial executions (TEPA-Full); trials / promotion counts "
+        "promotions and re-promotions."
     )
     return Table(
         f"cost_{experiment}",

@@ -24,7 +24,9 @@ class Task:
     `options` are the choices shown to the model; empty for free-form answers. `hint` is something the
     session itself states (e.g. "I now prefer aisle seats"); the prompt shows it, memory does not.
     `observe` is evidence the environment shows before the decision (facts to ingest); the loop writes it
-    to memory first. `correct` is the hidden right answer, used only for logging.
+    to memory first. `correct` is the hidden right answer, used only for logging. A multi-hop question
+    carries `meta["hops"] = [subject, r1, r2, ...]` and `meta["hop_questions"]` (one question template
+    with "[X]" per relation): the loop then answers it hop by hop, retrieving by (entity, relation).
     """
 
     key: Hashable | None
@@ -41,11 +43,14 @@ class Task:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What acting did: success, the observations to write to memory, and the environment's message."""
+    """What acting did: success, the observations to write to memory, and the environment's message.
+    With `feedback=False` the loop does not report the outcome to memory (a benchmark question's score is
+    the evaluation, not experience)."""
 
     success: bool
     observations: tuple[Observation, ...] = ()
     message: str = ""
+    feedback: bool = True  # False for a benchmark score the agent must not learn from
 
 
 @runtime_checkable

@@ -27,13 +27,14 @@ from their own RNG, so they never touch the stream or the main sandbox:
   invocation on the inputs as the precedent left them; passes iff that still succeeds (the
   precedent broke nothing). Candidate invocations touch only their own job's files, so this bites
   on free-form actions, e.g. one that overwrites another job's input.
-A precedent whose key is not a job or whose value is not a string fails every trial.
+A precedent whose key is not a job or whose value is not a command line fails every trial.
 """
 
 from __future__ import annotations
 
 import math
 import operator
+import os
 import random
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
@@ -43,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.base import TRIAL_KINDS, Outcome, Task
-from envs.sandbox import MAX_INVOCATION_CHARS, Refused, Sandbox, parse_invocation
+from envs.sandbox import Refused, Sandbox, check_invocation, split_invocation
 from envs.tool_worker import ToolFn, ToolWorker
 from envs.tools import FLAVOURS, TOOLS, VERSIONS, Tool, subject_for
 from tepa.evidence import Observation
@@ -69,6 +70,8 @@ class ExecutableDrift:
     `tools` picks which of the built-in tools jobs use (job k uses tool k mod len(tools));
     `extra_tools` adds invocable tools by name, `(argv, version, root) -> message` functions that
     pickle by reference (tests use it for a tool that hangs). `time_limit` bounds every call in seconds.
+    `sandbox_dir` is where the per-run sandbox is created (default: /dev/shm if present, else the
+    system temp dir).
     """
 
     name = "executable_drift"
@@ -83,6 +86,7 @@ class ExecutableDrift:
         time_limit: float = 2.0,
         tools: Iterable[str] | None = None,
         extra_tools: Mapping[str, ToolFn] | None = None,
+        sandbox_dir: str | None = None,
     ) -> None:
         self.n_keys = _int_in("n_keys", n_keys, 2)
         self.n_actions = _int_in("n_actions", n_actions, 2, len(FLAVOURS))
@@ -96,6 +100,9 @@ class ExecutableDrift:
         clash = sorted(set(extra) & set(TOOLS))
         if clash or not all(isinstance(n, str) and n and callable(f) for n, f in extra.items()):
             raise ValueError(f"extra_tools must map new tool names to functions, got {sorted(extra)!r}")
+        if sandbox_dir is not None and not os.path.isdir(sandbox_dir):
+            raise ValueError(f"sandbox_dir must be an existing directory, got {sandbox_dir!r}")
+        self.sandbox_dir = sandbox_dir if sandbox_dir is not None else _ram_disk()
         self._allowed = frozenset(t.name for t in self._tools) | frozenset(extra)
         self._worker = ToolWorker(extra)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -132,7 +139,7 @@ class ExecutableDrift:
     def reset(self, seed: int) -> None:
         self._seed = _int_in("seed", seed, 0)
         self._remove_sandbox()
-        self._tmp = tempfile.TemporaryDirectory(prefix="tepa-executable-")
+        self._tmp = tempfile.TemporaryDirectory(prefix="tepa-executable-", dir=self.sandbox_dir)
         root = Path(self._tmp.name)
         (root / "main").mkdir()
         (root / "trial").mkdir()
@@ -149,15 +156,17 @@ class ExecutableDrift:
 
     def execute(self, task: Task, action: str) -> Outcome:
         """Run `action` for the task's job. A refused, failed or stopped call is a failure with the
-        reason as message; an action that is not a string of at most MAX_INVOCATION_CHARS characters
-        writes no observation (there is no invocation to remember)."""
+        reason as message; an action that is not a command line at all (not a string, empty, too long,
+        unbalanced quotes) writes no observation: there is no invocation to remember."""
         self._require_reset()
         job = self._job_of(task.key)
         t = _int_in("task.t", task.t, 0, len(PHASES) * self.phase_length - 1)
         self._now = t
-        success, message = self._attempt(self.sandbox, job, action, self._regime_at(t))
-        if not isinstance(action, str) or len(action) > MAX_INVOCATION_CHARS:
-            return Outcome(False, (), message)
+        try:
+            argv = split_invocation(action)
+        except Refused as exc:
+            return Outcome(False, (), str(exc))
+        success, message = self._attempt(self.sandbox, job, argv, self._regime_at(t))
         text = f'"{action}" succeeded' if success else f'"{action}" failed: {message}'
         return Outcome(success, (Observation(task.key, action, success, t, text, "outcome"),), message)
 
@@ -167,23 +176,27 @@ class ExecutableDrift:
         self._require_reset()
         key, value = getattr(precedent, "key", None), getattr(precedent, "value", None)
         job = _lookup(self._jobs, key)
-        if job is None or not isinstance(value, str):
+        if job is None:
+            return False
+        try:
+            argv = split_invocation(value)
+        except Refused:
             return False
         sandbox = self._trial
         assert sandbox is not None
         regime = self._regime_at(self._now)
         if kind == "support":
-            return self._attempt(sandbox, job, value, regime)[0]
+            return self._attempt(sandbox, job, argv, regime)[0]
         if kind == "counterfactual":
             tool = job.tool.name
             stable, full = self._regimes[0][tool], self._regimes[1][tool]
             other = dict(regime, **{tool: full if regime[tool] == stable else stable})
-            return not self._attempt(sandbox, job, value, other)[0]
+            return not self._attempt(sandbox, job, argv, other)[0]
         other_job = self._jobs[self._trial_rng.choice([k for k in self._jobs if k != job.key])]
         other_job.tool.prepare(sandbox, other_job.subject, other_job.fixture)
-        self._attempt(sandbox, job, value, regime)
+        self._attempt(sandbox, job, argv, regime)
         correct = other_job.tool.invocation(other_job.subject, regime[other_job.tool.name])
-        return self._attempt(sandbox, other_job, correct, regime, restore_inputs=False)[0]
+        return self._attempt(sandbox, other_job, split_invocation(correct), regime, restore_inputs=False)[0]
 
     # ----- beyond the protocol
     def versions_at(self, t: int) -> dict[str, str]:
@@ -205,11 +218,16 @@ class ExecutableDrift:
 
     # ----- internals
     def _attempt(
-        self, sandbox: Sandbox, job: Job, action: Any, regime: Mapping[str, str], restore_inputs: bool = True
+        self,
+        sandbox: Sandbox,
+        job: Job,
+        argv: list[str],
+        regime: Mapping[str, str],
+        restore_inputs: bool = True,
     ) -> tuple[bool, str]:
-        """Run `action` for `job` in `sandbox` under `regime`: the one place success is decided."""
+        """Run `argv` for `job` in `sandbox` under `regime`: the one place success is decided."""
         try:
-            argv = parse_invocation(action, self._allowed, sandbox)
+            check_invocation(argv, self._allowed, sandbox)
         except Refused as exc:
             return False, str(exc)
         tool = job.tool
@@ -285,6 +303,13 @@ class ExecutableDrift:
     def _require_reset(self) -> None:
         if self._seed is None:
             raise RuntimeError(f"{self.name}: call reset(seed) before using the environment")
+
+
+def _ram_disk() -> str | None:
+    """/dev/shm when the system has it (joblib does the same): a run creates and deletes files some 10^5
+    times, which costs milliseconds each on some disks and microseconds in RAM. None: the temp dir."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
 
 
 def _lookup(jobs: Mapping[int, Job], key: Any) -> Job | None:

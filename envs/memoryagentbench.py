@@ -92,6 +92,7 @@ class MemoryAgentBench:
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"chunk_size: must be a positive number of tokens, got {chunk_size!r}")
         parsed = load_parsed_source(source, data_dir)
+        self._question_templates = load_mquake_templates(data_dir).question
         self.source = source
         self.chunk_size = chunk_size
         self.coverage = parsed.coverage
@@ -144,6 +145,7 @@ class MemoryAgentBench:
             }
             if question.hops:
                 meta["hops"] = list(question.hops)
+                meta["hop_questions"] = [self._question_templates[r] for r in question.hops[1:]]
             yield Task(
                 key=question.key,
                 text=question.text,
@@ -161,7 +163,9 @@ class MemoryAgentBench:
             raise ValueError(f"action: expected the answer text, got {type(action).__name__}")
         success = substring_exact_match(action, task.meta["golds"])
         return Outcome(
-            success=success, message="matches a gold answer" if success else "matches no gold answer"
+            success=success,
+            message="matches a gold answer" if success else "matches no gold answer",
+            feedback=False,
         )
 
     @property

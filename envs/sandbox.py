@@ -67,7 +67,11 @@ class Sandbox:
         """How to name `path` in a message: relative to the root (absolute temp paths would make
         messages, and so prompts, differ from run to run)."""
         text = os.fspath(path)
-        return os.path.relpath(text, self.root) if text.startswith(self._prefix) else text
+        return os.path.relpath(text, self._root) if text.startswith(self._prefix) else text
+
+    def scrub(self, text: str) -> str:
+        """`text` with the sandbox's absolute location taken out of every path in it."""
+        return text.replace(self._prefix, "").replace(self._root, ".")
 
     def clear(self, path: str) -> None:
         """Make room for `path` (root-relative, without `..`): delete whatever is there (a file, a link,
@@ -131,14 +135,10 @@ def _read(path: str) -> bytes:
         return handle.read()
 
 
-def parse_invocation(text: str, allowed: Collection[str], sandbox: Sandbox) -> list[str]:
-    """Split an untrusted command line into argv, or raise `Refused`.
-
-    Checks, in order: a string of at most MAX_INVOCATION_CHARS that shlex can split into at least one
-    word; a first word in `allowed`; every argument that is not an option flag (and the value of every
-    `--flag=value`) resolves inside `sandbox`. Arguments that are not paths (`8080`, `array`) resolve
-    harmlessly inside the root, so the check needs no knowledge of any tool's interface.
-    """
+def split_invocation(text: str) -> list[str]:
+    """Split an untrusted command line into argv like a POSIX shell would (without running one), or
+    raise `Refused` when it is not a command line: not a string, longer than MAX_INVOCATION_CHARS,
+    unbalanced quotes, or empty."""
     if not isinstance(text, str):
         raise Refused(f"refused: an invocation must be a string, got {type(text).__name__}")
     if len(text) > MAX_INVOCATION_CHARS:
@@ -152,6 +152,14 @@ def parse_invocation(text: str, allowed: Collection[str], sandbox: Sandbox) -> l
             raise Refused(f"refused: cannot parse the invocation: {exc}") from None
     if not argv:
         raise Refused("refused: empty invocation")
+    return argv
+
+
+def check_invocation(argv: list[str], allowed: Collection[str], sandbox: Sandbox) -> None:
+    """Raise `Refused` unless argv[0] is in `allowed` and every argument that is not an option flag
+    (and the value of every `--flag=value`) resolves inside `sandbox`. Arguments that are not paths
+    (`8080`, `array`) resolve harmlessly inside the root, so no knowledge of a tool's interface is
+    needed."""
     tool = argv[0]
     if tool not in allowed:
         raise Refused(f"{tool}: refused: not an allowed tool (allowed: {', '.join(sorted(allowed))})")
@@ -166,4 +174,3 @@ def parse_invocation(text: str, allowed: Collection[str], sandbox: Sandbox) -> l
             sandbox.resolve(arg)
         except Refused as exc:
             raise Refused(f"{tool}: refused: {exc}") from None
-    return argv

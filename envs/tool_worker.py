@@ -180,7 +180,8 @@ def serve() -> None:
         except ToolError as exc:
             reply = (False, str(exc))
         except Exception as exc:  # a tool's bug is a failed call, not a dead worker
-            reply = (False, f"{tool}: internal error: {type(exc).__name__}: {exc}")
+            text = str(exc).replace(root.rstrip(os.sep) + os.sep, "")  # no temp paths in messages
+            reply = (False, f"{tool}: internal error: {type(exc).__name__}: {text}")
         _write(replies, reply)
 
 

@@ -89,6 +89,8 @@ Syntax = tuple["str | Arg", ...]  # a str element is a literal sub-command word
 
 @dataclass(frozen=True, slots=True)
 class Version:
+    """A tool version: which syntax it parses and which convention its artefacts must follow."""
+
     syntax: int
     convention: int
 
@@ -148,8 +150,10 @@ class Tool(ABC):
         try:
             return self.operate(sandbox, params)
         except OSError as exc:
+            if exc.strerror is None:  # e.g. shutil's errors, whose text names absolute paths
+                raise ToolError(f"{self.name}: error: {sandbox.scrub(str(exc))}") from None
             where = f": {sandbox.relative(exc.filename)}" if exc.filename else ""
-            raise ToolError(f"{self.name}: error: {exc.strerror or exc}{where}") from None
+            raise ToolError(f"{self.name}: error: {exc.strerror}{where}") from None
 
     @abstractmethod
     def operate(self, sandbox: Sandbox, params: dict[str, Any]) -> str:
@@ -170,7 +174,7 @@ class Tool(ABC):
         """The job's input files (path -> content), the same for every run."""
 
     def inputs(self, subject: str) -> tuple[str, ...]:
-        """The input paths to wipe before the fixture is rewritten (default: the fixture's files)."""
+        """The input paths `prepare` restores (default: the fixture's files; a folder for archive)."""
         return tuple(self.fixture(subject))
 
     @abstractmethod

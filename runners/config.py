@@ -37,7 +37,7 @@ from tepa.protocol import Memory
 # Keys of a component node that configure the harness, not the class: never passed to the constructor.
 RESERVED = frozenset({"_target_", "label"})
 # Parameter names that would hold a secret. Keys live in environment variables (llm.api_key_env).
-_SECRET = re.compile(r"(^|_)(api_?key|key|token|secret|password)$")
+_SECRET = re.compile(r"(^|_)(api_?key|token|secret|password)$")
 _PROJECT_PACKAGES = ("tepa.", "baselines.", "envs.", "runners.")
 PROTOCOLS: dict[str, type] = {"env": Environment, "memory": Memory, "llm": Backend}
 
@@ -282,7 +282,9 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
     except OmegaConfBaseException as exc:
         raise ConfigError(_omegaconf_message(exc)) from None
     if missing:
-        raise ConfigError(f"{missing[0]}: missing required value (set it on the command line: {missing[0]}=...)")
+        raise ConfigError(
+            f"{missing[0]}: missing required value (set it on the command line: {missing[0]}=...)"
+        )
     try:
         resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except OmegaConfBaseException as exc:
@@ -311,7 +313,9 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
 
 def _component(group: str, node: Any, choice: str | None) -> Component:
     if not isinstance(node, dict) or not isinstance(node.get("_target_"), str) or not node["_target_"]:
-        raise ConfigError(f"{group}._target_: missing required value (the class to build, package.module.Class)")
+        raise ConfigError(
+            f"{group}._target_: missing required value (the class to build, package.module.Class)"
+        )
     for key in node:
         if _SECRET.search(key):
             raise ConfigError(
@@ -328,13 +332,19 @@ def _component(group: str, node: Any, choice: str | None) -> Component:
     _check_signature(group, target, cls, params)
     label = node.get("label") or _default_label(target, cls, choice)
     if not re.fullmatch(r"[A-Za-z0-9_.=+-]+", label):
-        raise ConfigError(f"{group}.label={label!r}: must be a plain directory name (letters, digits, _ . = + -)")
+        raise ConfigError(
+            f"{group}.label={label!r}: must be a plain directory name (letters, digits, _ . = + -)"
+        )
     return Component(group=group, target=target, cls=cls, params=params, label=label)
 
 
 def _members(protocol: type) -> list[str]:
     """A protocol's annotated attributes and public methods."""
-    methods = [m for m, v in vars(protocol).items() if not m.startswith("_") and (callable(v) or isinstance(v, property))]
+    methods = [
+        m
+        for m, v in vars(protocol).items()
+        if not m.startswith("_") and (callable(v) or isinstance(v, property))
+    ]
     return [*getattr(protocol, "__annotations__", {}), *methods]
 
 
@@ -344,10 +354,14 @@ def _check_schema(group: str, schema: type[MemoryConfig], node: dict[str, Any]) 
         obj = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), node))
     except ConfigKeyError as exc:
         accepted = ", ".join(f.name for f in fields(schema) if f.name not in RESERVED)
-        raise ConfigError(f"{group}.{exc.full_key}: not a parameter of {schema._target_} (it takes: {accepted})") from None
+        raise ConfigError(
+            f"{group}.{exc.full_key}: not a parameter of {schema._target_} (it takes: {accepted})"
+        ) from None
     except ValidationError as exc:
         expected = _type_name(typing.get_type_hints(schema).get(exc.full_key, Any))
-        raise ConfigError(f"{group}.{exc.full_key}={node.get(exc.full_key)!r}: wrong type, expected {expected}") from None
+        raise ConfigError(
+            f"{group}.{exc.full_key}={node.get(exc.full_key)!r}: wrong type, expected {expected}"
+        ) from None
     try:
         obj.check()
     except ValueError as exc:
@@ -372,7 +386,9 @@ def _import(group: str, target: str) -> type:
     try:
         return getattr(mod, attr)
     except AttributeError:
-        raise ConfigError(f"{group}._target_={target!r}: module {module!r} has no attribute {attr!r}") from None
+        raise ConfigError(
+            f"{group}._target_={target!r}: module {module!r} has no attribute {attr!r}"
+        ) from None
 
 
 def _check_signature(group: str, target: str, cls: type, params: dict[str, Any]) -> None:
@@ -386,14 +402,15 @@ def _check_signature(group: str, target: str, cls: type, params: dict[str, Any])
         for key in params:
             if key not in accepted:
                 hint = " (start from memory=custom for a class of your own)" if group == "memory" else ""
-                raise ConfigError(
-                    f"{group}.{key}: not a parameter of {target} (it takes: {', '.join(accepted) or 'none'}){hint}"
-                )
+                takes = ", ".join(accepted) or "none"
+                raise ConfigError(f"{group}.{key}: not a parameter of {target} (it takes: {takes}){hint}")
     for name, p in accepted.items():
         if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
             continue
         if p.default is p.empty and name not in params:
-            raise ConfigError(f"{group}.{name}: missing required value (a parameter of {target} without default)")
+            raise ConfigError(
+                f"{group}.{name}: missing required value (a parameter of {target} without default)"
+            )
     hints = _type_hints(cls)
     for key, value in params.items():
         expected = hints.get(key)
@@ -430,7 +447,9 @@ def _matches(value: Any, expected: Any) -> bool:
 
 
 def _type_name(expected: Any) -> str:
-    return getattr(expected, "__name__", None) or str(expected).replace("typing.", "")
+    if typing.get_origin(expected) is None and hasattr(expected, "__name__"):
+        return expected.__name__
+    return str(expected).replace("typing.", "")
 
 
 def _default_label(target: str, cls: type, choice: str | None) -> str:

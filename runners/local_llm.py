@@ -50,11 +50,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def server_command(model: Path, port: int, n_ctx: int = 4096, n_threads: int | None = None) -> list[str]:
-    """The llama.cpp server command line (chatml is SmolLM2's chat template)."""
+def require_local_llm() -> Path:
+    """The model file, once the server package is known to be installed too (else LocalLLMUnavailable)."""
+    model = find_smollm2_gguf()
     if importlib.util.find_spec("llama_cpp") is None:
         raise LocalLLMUnavailable(f"the package llama-cpp-python is not installed: {INSTALL_HINT}")
-    threads = n_threads or max(1, os.cpu_count() or 1)
+    return model
+
+
+def server_command(model: Path, port: int, n_ctx: int = 4096, n_threads: int | None = None) -> list[str]:
+    """The llama.cpp server command line (chatml is SmolLM2's chat template)."""
+    threads = n_threads or max(1, (os.cpu_count() or 2) // 2)  # leave the agent loop a core
     return [
         sys.executable, "-m", "llama_cpp.server",
         "--model", str(model),
@@ -65,6 +71,7 @@ def server_command(model: Path, port: int, n_ctx: int = 4096, n_threads: int | N
         "--n_ctx", str(n_ctx),
         "--n_threads", str(threads),
         "--n_threads_batch", str(threads),
+        "--verbose", "False",
     ]  # fmt: skip
 
 
@@ -78,25 +85,35 @@ def _ready(base_url: str) -> bool:
 
 @contextmanager
 def local_llm_server(
-    port: int | None = None, n_ctx: int = 4096, n_threads: int | None = None, startup_timeout: float = 120.0
+    port: int | None = None,
+    n_ctx: int = 4096,
+    n_threads: int | None = None,
+    startup_timeout: float = 120.0,
+    show_log: bool = False,
 ) -> Iterator[str]:
     """Start the server on a loopback port (a free one by default), wait until /v1/models answers, yield the
-    base_url (`http://127.0.0.1:PORT/v1`, model name `MODEL_ALIAS`), stop it on exit."""
+    base_url (`http://127.0.0.1:PORT/v1`, model name `MODEL_ALIAS`), stop it on exit.
+
+    The server's output is kept (and shown if it fails to start) unless `show_log` sends it to the
+    terminal."""
     if n_ctx < 512:
         raise ValueError(f"n_ctx: {n_ctx} is too small for prompts that carry memory (use >= 512)")
-    command = server_command(find_smollm2_gguf(), port or free_port(), n_ctx, n_threads)
+    command = server_command(require_local_llm(), port or free_port(), n_ctx, n_threads)
     base_url = f"http://127.0.0.1:{command[command.index('--port') + 1]}/v1"
+    # OpenMP threads that spin while waiting make llama.cpp several times slower on a busy machine.
+    env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
     with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        output = None if show_log else log
+        process = subprocess.Popen(
+            command, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+        )
         try:
             deadline = time.monotonic() + startup_timeout
             while not _ready(base_url):
                 if process.poll() is not None or time.monotonic() > deadline:
                     log.seek(0)
                     tail = log.read().decode(errors="replace")[-2000:]
-                    reason = (
-                        "exited" if process.poll() is not None else f"not ready after {startup_timeout} s"
-                    )
+                    reason = "exited" if process.poll() is not None else f"not ready in {startup_timeout} s"
                     raise RuntimeError(f"llama.cpp server {reason}:\n{tail}")
                 time.sleep(0.2)
             yield base_url
@@ -118,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n-threads", type=int, default=None)
     args = parser.parse_args(argv)
     try:
-        with local_llm_server(args.port, args.n_ctx, args.n_threads) as base_url:
+        with local_llm_server(args.port, args.n_ctx, args.n_threads, show_log=True) as base_url:
             print(f"serving {MODEL_ALIAS} at {base_url} (model name {MODEL_ALIAS}); Ctrl-C stops", flush=True)
             while True:
                 time.sleep(3600)

@@ -1,6 +1,9 @@
 """The agent loop: one loop for every environment, memory method and backend.
 
 retrieve -> render -> backend -> parse -> execute -> observe / feedback -> one record per episode.
+A multi-hop question (`meta["hops"]`) is answered hop by hop: each hop retrieves by (entity, relation),
+asks the model, and the answer becomes the next hop's entity.
+
 A stream can be *replayed*: records logged by an interrupted run feed their replies back instead of
 calling the model, so the environment and memory are rebuilt exactly (and for free) before the loop
 carries on where it stopped.
@@ -8,7 +11,8 @@ carries on where it stopped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,15 +36,19 @@ class StreamResult:
     events: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _replayed(rec: dict[str, Any]) -> Reply:
-    return Reply(
-        text=rec["reply"],
-        prompt_tokens=int(rec["prompt_tokens"]),
-        completion_tokens=int(rec["completion_tokens"]),
-        latency=float(rec["latency"]),
-        cached=bool(rec["cached"]),
-        error=rec.get("error") or None,
-    )
+def _logged_replies(rec: dict[str, Any]) -> Iterator[Reply]:
+    """The replies an episode record holds (one, or one per hop), in the order they were asked."""
+    texts = json.loads(rec["hop_replies"]) if rec.get("hop_replies") else [rec["reply"]]
+    for i, text in enumerate(texts):
+        last = i == len(texts) - 1
+        yield Reply(
+            text=text,
+            prompt_tokens=int(rec["prompt_tokens"]) if last else 0,
+            completion_tokens=int(rec["completion_tokens"]) if last else 0,
+            latency=float(rec["latency"]) if last else 0.0,
+            cached=bool(rec["cached"]),
+            error=(rec.get("error") or None) if last else None,
+        )
 
 
 def _act(task: Task, reply: Reply) -> tuple[str, bool]:
@@ -52,6 +60,39 @@ def _act(task: Task, reply: Reply) -> tuple[str, bool]:
         return (task.options[idx], True) if idx is not None else ("", False)
     answer = parse_free(reply.text)
     return answer, bool(answer)
+
+
+@dataclass
+class _Decision:
+    action: str = ""
+    parse_ok: bool = False
+    evidence: list[Evidence] = field(default_factory=list)
+    replies: list[Reply] = field(default_factory=list)
+
+
+async def _decide(task: Task, memory: Memory, ask: Callable[[Task, list[Evidence]], Any]) -> _Decision:
+    """Retrieve, ask and parse: once, or hop by hop for a multi-hop question."""
+    d = _Decision()
+    if not task.meta.get("hops"):
+        d.evidence = memory.retrieve(Query(key=task.key, text=task.text, t=task.t))
+        reply = await ask(task, d.evidence)
+        d.replies.append(reply)
+        d.action, d.parse_ok = _act(task, reply)
+        return d
+    entity, *relations = task.meta["hops"]
+    meta = {"instructions": task.meta["instructions"]} if "instructions" in task.meta else {}
+    for relation, template in zip(relations, task.meta["hop_questions"], strict=True):
+        key = (entity, relation)
+        sub = Task(key=key, text=template.replace("[X]", entity), phase=task.phase, t=task.t, meta=meta)
+        evidence = memory.retrieve(Query(key=key, text=sub.text, t=sub.t))
+        d.evidence.extend(evidence)
+        reply = await ask(sub, evidence)
+        d.replies.append(reply)
+        entity, d.parse_ok = _act(sub, reply)
+        if not d.parse_ok:
+            break
+    d.action = entity if d.parse_ok else ""
+    return d
 
 
 async def run_stream(
@@ -66,13 +107,15 @@ async def run_stream(
     progress: Any = None,
 ) -> StreamResult:
     """Run one (environment, memory, seed) stream to the end and return its episode records and
-    lifecycle events. See the module docstring for `replay`."""
+    lifecycle events. `on_episode(record, events)` sees each new (not replayed) episode as it ends, so
+    the caller can log it for resume; see the module docstring for `replay`."""
     env.reset(seed)
     if hasattr(memory, "set_trial"):
         memory.set_trial(env.trial)
     boundaries = dict(env.phase_boundaries)
     drain = getattr(memory, "drain_events", None)
     result = StreamResult()
+    pending: list[dict[str, Any]] = []  # events of ingest steps, logged with the next episode
     for task in env.tasks():
         if task.t in boundaries:
             memory.on_phase_boundary(boundaries[task.t], task.t)
@@ -80,39 +123,43 @@ async def run_stream(
             memory.observe(obs)
         if not task.decide:
             if drain:
-                result.events.extend(drain())
+                pending.extend(drain())
             continue
-        evidence = memory.retrieve(Query(key=task.key, text=task.text, t=task.t))
-        messages = render(task, evidence)
         i = len(result.records)
-        if i < len(replay):
-            reply = _replayed(replay[i])
-        else:
-            reply = await backend.complete(Request(messages=messages, seed=seed, labels=labels_for(task)))
-        action, parse_ok = _act(task, reply)
-        outcome = env.execute(task, action)
+        logged = _logged_replies(replay[i]) if i < len(replay) else None
+
+        async def ask(t: Task, evidence: list[Evidence], logged: Iterator[Reply] | None = logged) -> Reply:
+            if logged is not None:
+                return next(logged)
+            return await backend.complete(Request(messages=render(t, evidence), seed=seed, labels=labels_for(t)))
+
+        d = await _decide(task, memory, ask)
+        outcome = env.execute(task, d.action)
         for obs in outcome.observations:
             memory.observe(obs)
-        used: list[Evidence] = [e for e in evidence if e.value == action] if action else []
-        memory.feedback(used, outcome.success, task.t)
+        if outcome.feedback:
+            used = [e for e in d.evidence if e.value == d.action] if d.action else []
+            memory.feedback(used, outcome.success, task.t)
         snap = memory.snapshot()
+        last = d.replies[-1]
         rec = {
             **labels,
             "seed": seed,
             "t": task.t,
             "phase": task.phase,
             "key": "" if task.key is None else str(task.key),
-            "action": action,
+            "action": d.action,
             "correct": task.correct or "",
             "success": bool(outcome.success),
-            "parse_ok": parse_ok,
-            "reply": reply.text,
-            "error": reply.error or "",
-            "n_evidence": len(evidence),
-            "prompt_tokens": reply.prompt_tokens,
-            "completion_tokens": reply.completion_tokens,
-            "cached": reply.cached,
-            "latency": reply.latency,
+            "parse_ok": d.parse_ok,
+            "reply": last.text,
+            "hop_replies": json.dumps([r.text for r in d.replies]) if len(d.replies) > 1 else "",
+            "error": last.error or "",
+            "n_evidence": len(d.evidence),
+            "prompt_tokens": sum(r.prompt_tokens for r in d.replies),
+            "completion_tokens": sum(r.completion_tokens for r in d.replies),
+            "cached": all(r.cached for r in d.replies),
+            "latency": sum(r.latency for r in d.replies),
             "hypothesis": int(snap.get("hypothesis", 0)),
             "active": int(snap.get("active", 0)),
             "revoked": int(snap.get("revoked", 0)),
@@ -123,7 +170,8 @@ async def run_stream(
                 f"episode {i}: logged (t={replay[i]['t']}, action={replay[i]['action']!r}) but replay gave "
                 f"(t={rec['t']}, action={rec['action']!r})"
             )
-        events = drain() if drain else []
+        events = pending + (drain() if drain else [])
+        pending = []
         result.records.append(rec)
         result.events.extend(events)
         if on_episode is not None and i >= len(replay):

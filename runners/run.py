@@ -70,10 +70,10 @@ class RunSummary:
         return sum(s.episodes_run for s in self.streams)
 
     def describe(self) -> str:
-        skipped = sum(s.skipped for s in self.streams)
+        n, skipped = len(self.streams), sum(s.skipped for s in self.streams)
         replayed = sum(s.replayed for s in self.streams)
         return (
-            f"{len(self.streams)} stream(s): {len(self.streams) - skipped} run, {skipped} skipped (complete); "
+            f"{n} stream(s): {n - skipped} run, {skipped} skipped (complete); "
             f"{self.episodes_run} episode(s) executed, {replayed} replayed"
         )
 
@@ -106,7 +106,9 @@ async def run_spec(spec: RunSpec) -> RunSummary:
         total = _total([parts[seed][0] for seed in pending])
         enabled = spec.progress if spec.progress is not None else sys.stderr.isatty()
         desc = f"{spec.name} {spec.env.label} {spec.memory.label}"
-        with tqdm(total=total, desc=desc, unit="ep", disable=not enabled or not pending, dynamic_ncols=True) as bar:
+        with tqdm(
+            total=total, desc=desc, unit="ep", disable=not enabled or not pending, dynamic_ncols=True
+        ) as bar:
             results = await asyncio.gather(
                 *(_run_one(spec, seed, *parts[seed], backend, logs[seed], bar) for seed in pending),
                 return_exceptions=True,
@@ -126,14 +128,23 @@ async def run_spec(spec: RunSpec) -> RunSummary:
     return RunSummary(tuple(outcomes[seed] for seed in spec.seeds))
 
 
-async def _run_one(spec: RunSpec, seed: int, env: Any, memory: Any, backend: Any, slog: StreamLog, bar: tqdm) -> StreamOutcome:
+async def _run_one(
+    spec: RunSpec, seed: int, env: Any, memory: Any, backend: Any, slog: StreamLog, bar: tqdm
+) -> StreamOutcome:
     started, clock = datetime.now(UTC), time.perf_counter()
     replay = slog.replay()
     slog.open(replay)
     labels = {"experiment": spec.name, "env": spec.env.label, "memory": spec.memory.label}
     try:
         result = await run_stream(
-            env, memory, backend, seed=seed, labels=labels, replay=replay, on_episode=slog.append, progress=bar
+            env,
+            memory,
+            backend,
+            seed=seed,
+            labels=labels,
+            replay=replay,
+            on_episode=slog.append,
+            progress=bar,
         )
     finally:
         slog.close()
@@ -150,7 +161,9 @@ async def _run_one(spec: RunSpec, seed: int, env: Any, memory: Any, backend: Any
         "git": _git(),
     }
     slog.finish(result.records, result.events, meta)
-    return StreamOutcome(slog.dir, seed, skipped=False, episodes_run=len(result.records) - len(replay), replayed=len(replay))
+    return StreamOutcome(
+        slog.dir, seed, skipped=False, episodes_run=len(result.records) - len(replay), replayed=len(replay)
+    )
 
 
 def _stream_log(spec: RunSpec, seed: int) -> StreamLog:
@@ -158,7 +171,10 @@ def _stream_log(spec: RunSpec, seed: int) -> StreamLog:
     identity = {
         "env": {"_target_": spec.env.target, **spec.env.params},
         "memory": {"_target_": spec.memory.target, **spec.memory.params},
-        "llm": {"_target_": spec.llm.target, **{k: v for k, v in spec.llm.params.items() if k not in OPERATIONAL}},
+        "llm": {
+            "_target_": spec.llm.target,
+            **{k: v for k, v in spec.llm.params.items() if k not in OPERATIONAL},
+        },
         "seed": seed,
     }
     directory = stream_dir(spec.results_dir, spec.name, spec.env.label, spec.memory.label, seed)
@@ -191,7 +207,11 @@ def _git() -> dict[str, Any]:
     def git(*args: str) -> str | None:
         try:
             out = subprocess.run(
-                ["git", "-C", str(PROJECT_ROOT), *args], capture_output=True, text=True, timeout=10, check=True
+                ["git", "-C", str(PROJECT_ROOT), *args],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=True,
             )
         except (OSError, subprocess.SubprocessError):
             return None

@@ -140,7 +140,9 @@ class StreamLog:
         """Start appending: rewrite the partial log as its header plus `replay` (dropping a torn
         tail), then keep both partial files open for `append`."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(self.dir / PARTIAL_EPISODES, jsonl_bytes([{"fingerprint": self.fingerprint}, *replay]))
+        atomic_write_bytes(
+            self.dir / PARTIAL_EPISODES, jsonl_bytes([{"fingerprint": self.fingerprint}, *replay])
+        )
         self._episodes = open(self.dir / PARTIAL_EPISODES, "a", encoding="utf-8")
         self._events = open(self.dir / PARTIAL_ARCHIVE, "a", encoding="utf-8")
 
@@ -161,14 +163,19 @@ class StreamLog:
         self._episodes = self._events = None
 
     def finish(
-        self, records: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]
+        self,
+        records: Sequence[Mapping[str, Any]],
+        events: Sequence[Mapping[str, Any]],
+        meta: Mapping[str, Any],
     ) -> None:
         """Write the final files (meta.json last: the completeness mark) and drop the partial log."""
         self.close()
         atomic_write_bytes(self.dir / EPISODES, parquet_bytes(records))
         atomic_write_bytes(self.dir / ARCHIVE, jsonl_bytes(events))
         full = {**meta, "fingerprint": self.fingerprint, "n_episodes": len(records), "n_events": len(events)}
-        atomic_write_bytes(self.dir / META, (json.dumps({**full, "complete": True}, indent=2, default=str) + "\n").encode())
+        atomic_write_bytes(
+            self.dir / META, (json.dumps({**full, "complete": True}, indent=2, default=str) + "\n").encode()
+        )
         self.discard_partial()
 
 

@@ -1,17 +1,17 @@
 """Evidence types shared by every memory method, environment and backend.
 
-They are plain frozen dataclasses so that they hash, compare and log cheaply; the memory protocol
+They are NamedTuples: immutable, hashable and several times cheaper to build than frozen dataclasses,
+which matters because every observation and every retrieved item creates one. The memory protocol
 (`tepa.protocol.Memory`) speaks only in these types.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Observation:
+class Observation(NamedTuple):
     """A claim about the world: `value` is valid for `key` (holds=True) or failed for it (holds=False)."""
 
     key: Hashable
@@ -22,8 +22,7 @@ class Observation:
     source: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Query:
+class Query(NamedTuple):
     """What the agent needs memory for: the task's key when it has one, and its text for ranking."""
 
     key: Hashable | None = None
@@ -31,8 +30,7 @@ class Query:
     t: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Evidence:
+class Evidence(NamedTuple):
     """One retrievable item, rendered as one line of the prompt.
 
     `ref` identifies the stored item inside its memory (a precedent id, an observation index) so that

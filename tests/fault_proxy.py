@@ -64,6 +64,7 @@ class FaultProxy:
         self.hang_seconds = hang_seconds
         self.counts: Counter[str] = Counter()
         self.upstream_requests = 0
+        self.last_authorization: str | None = None  # what the client sent (tests check the key is used)
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -128,17 +129,21 @@ class FaultProxy:
                 pass
 
             def _send(self, status: int, headers: dict[str, str], body: bytes) -> None:
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(status)
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True  # the client timed out meanwhile
 
             def _relay(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                proxy.last_authorization = self.headers.get("Authorization")
                 action = proxy._choose() if self.command == "POST" else "forwarded"
                 json_type = {"Content-Type": "application/json"}
                 if action == "rate_limited":

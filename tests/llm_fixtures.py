@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from runners.local_llm import LocalLLMUnavailable, find_smollm2_gguf, local_llm_server, server_command
+from runners.local_llm import LocalLLMUnavailable, local_llm_server, require_local_llm
 
 
 def completion(
@@ -125,7 +125,7 @@ def stub_server() -> Iterator[StubServer]:
 def llm_server() -> Iterator[str]:
     """The base_url of a real SmolLM2 llama.cpp server, started once per test session."""
     try:
-        server_command(find_smollm2_gguf(), 0)
+        require_local_llm()
     except LocalLLMUnavailable as exc:
         pytest.skip(f"local-llm extra not installed ({exc})")
     with local_llm_server(n_ctx=4096) as base_url:

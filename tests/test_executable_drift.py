@@ -69,10 +69,10 @@ def test_correct_invocation_writes_a_real_verified_file(env):
     task = task_for(env, archive_key, "stable")
     outcome = env.execute(task, task.correct)
     assert outcome.success, outcome.message
-    out = task.correct.split()[-1]
-    with tarfile.open(env.sandbox.root / out) as tar:
-        names = sorted(tar.getnames())
-    assert names and all(n.startswith(out.split("/")[1].removesuffix(".tar.gz") + "/") for n in names)
+    subject = env.jobs[archive_key].subject
+    with tarfile.open(env.sandbox.root / task.correct.split()[-1]) as tar:
+        packed = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    assert packed == env.jobs[archive_key].fixture and all(n.startswith(f"{subject}/") for n in packed)
     convert_key = next(k for k in range(env.n_keys) if env.jobs[k].tool.name == "convert")
     task = task_for(env, convert_key, "stable")
     assert env.execute(task, task.correct).success
@@ -129,8 +129,10 @@ def test_leftovers_of_earlier_actions_do_not_change_later_outcomes():
         for blocker in ("build", "dist"):  # a file where the archive's output folder belongs
             env.execute(publish, f"{base} {blocker}")
             assert (env.sandbox.root / blocker).is_file()
-        env.execute(publish, base.replace("release/changelog.txt", "release/changelog.txt") + " reports/junk.txt")
+        env.execute(publish, f"{base} reports/junk.txt")  # a stray file in the folder to archive
+        assert (env.sandbox.root / "reports" / "junk.txt").is_file()
         assert env.execute(archive, archive.correct).success
+        assert not (env.sandbox.root / "reports" / "junk.txt").exists()
 
 
 def test_a_hanging_tool_is_stopped_and_scored_as_a_failure(tmp_path):
@@ -236,15 +238,17 @@ GARBAGE = [
 def test_garbage_actions_never_raise(env, action):
     task = task_for(env, 0, "stable")
     outcome = env.execute(task, action)
-    assert outcome.success is False
+    assert outcome.success is False and outcome.message
     assert all(o.value == action and not o.holds for o in outcome.observations)
 
 
-def test_non_string_actions_are_refused_without_observations(env):
+def test_what_is_not_a_command_line_leaves_no_observation(env):
     task = task_for(env, 0, "stable")
-    for action in (None, 5, b"archive", ["archive"]):
+    for action in (None, 5, b"archive", ["archive"], "", "   ", "'unclosed", "a" * 5000):
         outcome = env.execute(task, action)  # type: ignore[arg-type]
         assert not outcome.success and outcome.observations == () and "refused" in outcome.message
+    (obs,) = env.execute(task, "rm -rf /").observations  # an invocation, refused: worth remembering
+    assert not obs.holds and "not an allowed tool" in obs.text
 
 
 def test_trials(env):
@@ -260,6 +264,7 @@ def test_trials(env):
         assert not env.trial(precedent(99, task.correct), kind)
         assert not env.trial(precedent([1], task.correct), kind)
         assert not env.trial(precedent(2, None), kind)
+        assert not env.trial(precedent(2, ""), kind)
     with pytest.raises(ValueError, match="kind"):
         env.trial(precedent(2, task.correct), "bogus")
 
@@ -287,12 +292,13 @@ def test_trials_touch_neither_the_stream_nor_the_main_sandbox(env):
     assert list(env.tasks()) == tasks
 
 
-def test_close_removes_the_sandbox_and_stops_the_worker():
-    env = ExecutableDrift(phase_length=PL)
+def test_close_removes_the_sandbox_and_stops_the_worker(tmp_path):
+    env = ExecutableDrift(phase_length=PL, sandbox_dir=str(tmp_path))
     env.reset(0)
     task = task_for(env, 0, "stable")
     assert env.execute(task, task.correct).success
     root, pid = env.sandbox.root, env.worker.pid
+    assert root.parent.parent == tmp_path.resolve()
     env.reset(1)  # a reset starts a fresh sandbox
     assert not root.parent.exists()
     root = env.sandbox.root
@@ -319,6 +325,7 @@ def test_close_removes_the_sandbox_and_stops_the_worker():
         ({"tools": ["sh"]}, "tools"),
         ({"extra_tools": {"archive": hang}}, "extra_tools"),
         ({"extra_tools": {"anon": lambda a, v, r: ""}}, "extra_tools"),
+        ({"sandbox_dir": "no/such/dir"}, "sandbox_dir"),
     ],
 )
 def test_bad_parameters_name_themselves(kwargs, name):

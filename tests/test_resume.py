@@ -44,7 +44,13 @@ class FlakyDrift(ControlledDrift):
         return super().execute(task, action)
 
 
-FLAKY = ("env=custom", f"env._target_={__name__}.FlakyDrift", "+env.phase_length=6", "memory=tepa_rev", "seed=2")
+FLAKY = (
+    "env=custom",
+    f"env._target_={__name__}.FlakyDrift",
+    "+env.phase_length=6",
+    "memory=tepa_rev",
+    "seed=2",
+)
 
 
 def test_an_interrupted_stream_resumes_to_the_uninterrupted_files(tmp_path, monkeypatch):
@@ -75,7 +81,7 @@ def test_a_partial_log_of_another_config_is_discarded(tmp_path):
 
 
 def test_a_run_killed_with_sigkill_resumes_to_an_identical_parquet(tmp_path):
-    args = ["env.phase_length=1000", "memory=tepa_rev", "seed=1"]  # 4000 episodes: long enough to kill
+    args = ["env.phase_length=500", "memory=tepa_rev", "seed=1"]  # 2000 episodes: long enough to kill
     cmd = [sys.executable, "-m", "runners.run", *args, f"results_dir={tmp_path / 'a'}"]
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
     d = tmp_path / "a" / "runs" / "adhoc" / "controlled_drift" / "tepa_rev" / "seed=1"
@@ -93,12 +99,12 @@ def test_a_run_killed_with_sigkill_resumes_to_an_identical_parquet(tmp_path):
     assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
     assert not (d / META).exists()
     logged = (d / PARTIAL_EPISODES).read_bytes().count(b"\n") - 1
-    assert 0 < logged < 4000
+    assert 0 < logged < 2000
 
     again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
     meta = json.loads((d / META).read_text())
-    assert meta["complete"] and meta["replayed"] >= logged - 1 and meta["n_episodes"] == 4000
+    assert meta["complete"] and meta["replayed"] >= logged - 1 and meta["n_episodes"] == 2000
 
     run(tmp_path / "b", *args)
     rel = d.relative_to(tmp_path / "a")
@@ -117,7 +123,10 @@ def test_atomic_write_replaces_whole_files_and_leaves_no_temporaries(tmp_path):
 
 
 def test_parquet_is_a_deterministic_function_of_the_records():
-    records = [{"t": 0, "key": "a", "latency": 0.0, "ok": True}, {"t": 1, "key": "b", "latency": 0.5, "n": (1, 2)}]
+    records = [
+        {"t": 0, "key": "a", "latency": 0.0, "ok": True},
+        {"t": 1, "key": "b", "latency": 0.5, "n": (1, 2)},
+    ]
     as_logged = [json.loads(json.dumps(r)) for r in records]  # what a resumed stream reads back
     assert parquet_bytes(records) == parquet_bytes(records) == parquet_bytes(as_logged)
 

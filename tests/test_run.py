@@ -22,7 +22,9 @@ TINY = ("env.phase_length=5",)  # controlled drift: 4 phases x 5 = 20 episodes p
 def run(results, *overrides: str, tiny: bool = True):
     extra = TINY if tiny else ()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=[f"results_dir={results}", *extra, *overrides], return_hydra_config=True)
+        cfg = compose(
+            "config", overrides=[f"results_dir={results}", *extra, *overrides], return_hydra_config=True
+        )
     return execute(cfg, cfg.hydra.runtime.choices)
 
 
@@ -35,7 +37,14 @@ def cli(cwd, *args: str, pythonpath: str = "") -> subprocess.CompletedProcess:
 
 
 def test_cli_multirun_writes_eight_complete_run_directories(tmp_path):
-    proc = cli(tmp_path, "-m", "memory=no_memory,append_only,lww,tepa_rev", "seed=0,1", f"results_dir={tmp_path}", *TINY)
+    proc = cli(
+        tmp_path,
+        "-m",
+        "memory=no_memory,append_only,lww,tepa_rev",
+        "seed=0,1",
+        f"results_dir={tmp_path}",
+        *TINY,
+    )
     assert proc.returncode == 0, proc.stderr
     dirs = sorted((tmp_path / "runs" / "adhoc" / "controlled_drift").glob("*/seed=*"))
     assert [f"{d.parent.name}/{d.name}" for d in dirs] == [
@@ -46,7 +55,9 @@ def test_cli_multirun_writes_eight_complete_run_directories(tmp_path):
         assert meta["complete"] is True and meta["n_episodes"] == 20
         assert pq.read_metadata(d / EPISODES).num_rows == 20 and (d / ARCHIVE).is_file()
         assert not (d / PARTIAL_EPISODES).exists()
-    assert not any((tmp_path / name).exists() for name in ("outputs", "multirun"))  # Hydra's dirs: results/hydra
+    assert not any(
+        (tmp_path / name).exists() for name in ("outputs", "multirun")
+    )  # Hydra's dirs: results/hydra
     assert (tmp_path / "hydra" / "adhoc").is_dir()
 
 
@@ -55,8 +66,9 @@ def test_one_run_covers_several_seeds_and_logs_what_analysis_needs(tmp_path):
     assert [s.seed for s in summary.streams] == [0, 1, 2] and summary.episodes_run == 60
     d = tmp_path / "runs" / "adhoc" / "controlled_drift" / "tepa_rev" / "seed=1"
     table = pq.read_table(d / EPISODES)
-    assert {"experiment", "env", "memory", "seed", "t", "phase", "key", "action", "correct", "success",
-            "n_evidence", "prompt_tokens", "cached", "latency", "active", "revoked"} <= set(table.column_names)  # fmt: skip
+    needed = {"experiment", "env", "memory", "seed", "t", "phase", "key", "action", "correct", "success",
+              "n_evidence", "prompt_tokens", "cached", "latency", "active", "revoked"}  # fmt: skip
+    assert needed <= set(table.column_names)
     assert set(table.column("seed").to_pylist()) == {1}
     assert set(table.column("latency").to_pylist()) == {0.0}  # the simulated backend: no wall clock
     meta = json.loads((d / META).read_text())
@@ -72,7 +84,9 @@ def test_same_config_and_seed_give_byte_identical_episodes(tmp_path):
     for name in (EPISODES, ARCHIVE):
         assert (tmp_path / "a" / rel / name).read_bytes() == (tmp_path / "b" / rel / name).read_bytes()
     run(tmp_path / "c", "memory=tepa_full", "seed=4")
-    assert (tmp_path / "c" / rel.replace("3", "4") / EPISODES).read_bytes() != (tmp_path / "a" / rel / EPISODES).read_bytes()
+    assert (tmp_path / "c" / rel.replace("3", "4") / EPISODES).read_bytes() != (
+        tmp_path / "a" / rel / EPISODES
+    ).read_bytes()
 
 
 def test_rerunning_a_complete_run_executes_no_episode(tmp_path):
@@ -154,7 +168,9 @@ def test_a_users_memory_and_env_run_without_touching_the_project(tmp_path, user_
     assert pq.read_table(d / EPISODES).column("memory").to_pylist() == ["keeplast"] * 6
     with pytest.raises(ConfigError, match=r"memory.horizon=0: must be >= 1"):
         run(tmp_path / "r", "memory=custom", "memory._target_=my_methods.KeepLast", "+memory.horizon=0")
-    with pytest.raises(ConfigError, match=r"memory.a0: not a parameter of my_methods.KeepLast.*memory=custom"):
+    with pytest.raises(
+        ConfigError, match=r"memory.a0: not a parameter of my_methods.KeepLast.*memory=custom"
+    ):
         run(tmp_path / "r", "memory._target_=my_methods.KeepLast")
 
 

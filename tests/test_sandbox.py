@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envs.sandbox import MAX_INVOCATION_CHARS, Refused, Sandbox, parse_invocation
+from envs.sandbox import MAX_INVOCATION_CHARS, Refused, Sandbox, check_invocation, split_invocation
 from envs.tool_worker import ToolWorker
 from envs.tools import FLAVOURS, TOOLS, VERSIONS, ToolError, subject_for
 
@@ -76,12 +76,18 @@ def test_resolve_agrees_with_realpath(tree, parts, absolute):
             box.resolve(path)
 
 
-def test_parse_invocation_gate(tree):
+def parse(text: str, allowed, box) -> list[str]:
+    argv = split_invocation(text)
+    check_invocation(argv, allowed, box)
+    return argv
+
+
+def test_invocation_gate(tree):
     box, outside = tree
     allowed = {"archive", "publish"}
-    assert parse_invocation("archive --src a --out build/a.tar.gz", allowed, box) == [
+    assert parse("archive --src a --out build/a.tar.gz", allowed, box) == [
         "archive", "--src", "a", "--out", "build/a.tar.gz"]  # fmt: skip
-    assert parse_invocation("publish --file 'a/f.txt' --dest=www/x", allowed, box)[2] == "a/f.txt"
+    assert parse("publish --file 'a/f.txt' --dest=www/x", allowed, box)[2] == "a/f.txt"
     refusals = {
         "rm -rf a": "not an allowed tool",
         "/bin/sh -c 'ls'": "not an allowed tool",
@@ -96,9 +102,9 @@ def test_parse_invocation_gate(tree):
     }
     for text, why in refusals.items():
         with pytest.raises(Refused, match=why):
-            parse_invocation(text, allowed, box)
+            parse(text, allowed, box)
     with pytest.raises(Refused, match="must be a string"):
-        parse_invocation(None, allowed, box)  # type: ignore[arg-type]
+        split_invocation(None)  # type: ignore[arg-type]
 
 
 @given(st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=60))
@@ -243,3 +249,17 @@ def test_worker_overhead_per_call(tmp_path):
             worker.call("noop", [], "", str(tmp_path), 5.0)
             times.append(time.perf_counter() - start)
     assert statistics.median(times) < 1e-3
+
+
+def test_failure_messages_never_name_the_temp_dir(tmp_path):
+    box = tmp_path / "box"
+    (box / "release").mkdir(parents=True)
+    (box / "release" / "a.txt").write_text("a")
+    publish = TOOLS["publish"]
+    with pytest.raises(ToolError) as same:
+        publish.run(["--file", "release/a.txt", "--dest", "release/a.txt"], "1.0", str(box))
+    with pytest.raises(ToolError) as missing:
+        publish.run(["--file", "release/none.txt", "--dest", "www/a.txt"], "1.0", str(box))
+    assert "release/a.txt" in str(same.value) and "No such file" in str(missing.value)
+    for message in (str(same.value), str(missing.value)):
+        assert str(tmp_path) not in message

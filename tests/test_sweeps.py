@@ -8,8 +8,6 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 from runners.run import PROJECT_ROOT
 from runners.runlog import META
 
@@ -30,19 +28,26 @@ def complete(root, name: str) -> list[str]:
     return [f"{m.parent.parent.name}/{m.parent.name}" for m in metas if json.loads(m.read_text())["complete"]]
 
 
-@pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
-def test_a_small_sweep_runs_under_the_launcher(tmp_path, launcher):
-    proc = sweep(tmp_path, f"hydra/launcher={launcher}", "memory=no_memory,tepa_rev", "seeds=[0,1]", f"name={launcher}")
+def test_a_threshold_sweep_runs_in_parallel_under_joblib(tmp_path):
+    proc = sweep(
+        tmp_path,
+        "hydra/launcher=joblib",
+        "experiment=sweep_thresholds",
+        "memory.theta_rev=0.3,0.5",
+        "memory.theta_rec=0.5",
+        "seeds=[0,1]",
+    )
     assert proc.returncode == 0, proc.stderr
-    assert complete(tmp_path, launcher) == ["no_memory/seed=0", "no_memory/seed=1", "tepa_rev/seed=0", "tepa_rev/seed=1"]
+    assert "n_jobs=2" in proc.stdout  # the project's joblib default
+    assert complete(tmp_path, "sweep_thresholds") == [
+        f"tepa_rev-theta_rev={r}-theta_rec=0.5/seed={s}" for r in ("0.3", "0.5") for s in (0, 1)
+    ]
     assert "validated against ConfigStore schema" not in proc.stderr
     assert sorted(os.listdir(tmp_path)) == ["hydra", "runs"]  # Hydra's own output stays under results_dir
 
 
-def test_the_threshold_sweep_gives_each_grid_point_its_own_streams(tmp_path):
-    proc = sweep(tmp_path, "experiment=sweep_thresholds", "memory.theta_rev=0.3,0.5", "memory.theta_rec=0.5", "seeds=[0]")
+def test_a_small_sweep_runs_under_submitit_local(tmp_path):
+    proc = sweep(tmp_path, "hydra/launcher=submitit_local", "memory=no_memory,tepa_rev", "seed=0", "name=sl")
     assert proc.returncode == 0, proc.stderr
-    assert complete(tmp_path, "sweep_thresholds") == [
-        "tepa_rev-theta_rev=0.3-theta_rec=0.5/seed=0",
-        "tepa_rev-theta_rev=0.5-theta_rec=0.5/seed=0",
-    ]
+    assert complete(tmp_path, "sl") == ["no_memory/seed=0", "tepa_rev/seed=0"]
+    assert sorted(os.listdir(tmp_path)) == ["hydra", "runs"]

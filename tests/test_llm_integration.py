@@ -1,0 +1,135 @@
+"""The openai backend against a REAL model: SmolLM2-135M-Instruct behind llama.cpp's server (make test-llm).
+
+Skipped, with the reason, when the local-llm extra is not installed."""
+# ruff: noqa: F811  (pytest fixtures imported from llm_fixtures are redefined as test arguments)
+
+import asyncio
+import json
+import pickle
+import time
+
+import pytest
+from fault_proxy import FaultProxy, FaultRates
+from llm_fixtures import llm_server  # noqa: F401  (a fixture)
+
+from runners.backend import Request
+from runners.local_llm import MODEL_ALIAS
+from runners.openai_backend import OpenAIBackend
+
+pytestmark = pytest.mark.llm
+
+SENTINEL = "sk-SENTINEL-never-write-me-4242"
+LABELS = ("A", "B", "C")
+SYSTEM = "You are an agent that picks one option. Reply with 'Answer: X', where X is the option's label."
+
+
+def prompt(i: int) -> Request:
+    """A decision prompt like the agent loop's, different for every i."""
+    user = (
+        f"Task {i}: choose the tool that opens archive type {i % 7}.\n"
+        "Options:\nA) tar -xf\nB) unzip\nC) 7z x\n"
+        f"Memory:\n- for archive type {i % 7}, option {LABELS[i % 3]} worked at t={i}\n"
+        "Which option?"
+    )
+    return Request(
+        messages=({"role": "system", "content": SYSTEM}, {"role": "user", "content": user}), seed=i
+    )
+
+
+def backend(base_url: str, **kwargs) -> OpenAIBackend:
+    settings = {"max_tokens": 16, "timeout": 30.0, "max_concurrency": 4, "backoff_base": 0.1}
+    return OpenAIBackend(base_url, MODEL_ALIAS, **{**settings, **kwargs})
+
+
+def run(llm: OpenAIBackend, requests: list[Request]):
+    async def go():
+        try:
+            return await asyncio.gather(*(llm.complete(r) for r in requests))
+        finally:
+            await llm.aclose()
+
+    return asyncio.run(go())
+
+
+def test_completions_work(llm_server):
+    llm = backend(llm_server)
+    (reply,) = run(llm, [prompt(0)])
+    assert reply.error is None and reply.text.strip()
+    assert reply.prompt_tokens > 40 and 1 <= reply.completion_tokens <= 16  # the server's usage
+    assert llm.stats()["requests"] == 1
+
+
+def test_cache_makes_a_second_identical_call_free(llm_server, tmp_path):
+    batch = [prompt(i) for i in range(4)]
+    with FaultProxy(llm_server) as proxy:  # pass-through: it only counts
+        first = run(backend(proxy.base_url, cache_path=tmp_path / "cache.sqlite"), batch)
+        assert proxy.upstream_requests == 4
+        again = backend(proxy.base_url, cache_path=tmp_path / "cache.sqlite")
+        second = run(again, batch)
+        assert proxy.upstream_requests == 4
+    assert [r.text for r in second] == [r.text for r in first] and all(r.cached for r in second)
+    assert [r.prompt_tokens for r in second] == [r.prompt_tokens for r in first]
+    assert (again.stats()["cache_hits"], again.stats()["cache_misses"]) == (4, 0)
+
+
+def test_injected_faults_leave_the_answers_unchanged(llm_server, tmp_path):
+    """10% of each fault kind (429, 500, hang, truncated, garbage): every call completes, equal to the
+    fault-free answers; a rerun through the same faults is then served from the cache."""
+    batch = [prompt(i) for i in range(12)]
+    reference = [r.text for r in run(backend(llm_server), batch)]
+    rates = FaultRates.uniform(0.1)
+    with FaultProxy(llm_server, rates, seed=0, retry_after="1", hang_seconds=8.0) as proxy:
+        faulty = backend(proxy.base_url, timeout=4.0, max_retries=12, cache_path=tmp_path / "c.sqlite")
+        replies = run(faulty, batch)
+        upstream = proxy.upstream_requests
+        rerun = run(backend(proxy.base_url, timeout=4.0, cache_path=tmp_path / "c.sqlite"), batch)
+        assert proxy.upstream_requests == upstream
+    assert [r.error for r in replies] == [None] * 12
+    assert [r.text for r in replies] == reference == [r.text for r in rerun]
+    injected = sum(n for kind, n in proxy.counts.items() if kind != "forwarded")
+    stats = faulty.stats()
+    assert injected > 0 and stats["retries"] >= injected and stats["failed_calls"] == 0  # + slow answers
+
+
+def test_api_key_is_never_written(llm_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("TEPA_LLM_TEST_KEY", SENTINEL)
+    with FaultProxy(llm_server, FaultRates(server_error=0.3), seed=1) as proxy:
+        llm = backend(proxy.base_url, api_key_env="TEPA_LLM_TEST_KEY", cache_path=tmp_path / "c.sqlite")
+        replies = run(llm, [prompt(i) for i in range(3)])
+        assert proxy.last_authorization == f"Bearer {SENTINEL}"  # the key is used ...
+    (tmp_path / "meta.json").write_text(json.dumps({"backend": repr(llm), "stats": llm.stats()}))
+    rows = [{"text": r.text, "error": r.error, "tokens": r.prompt_tokens} for r in replies]
+    (tmp_path / "episodes.jsonl").write_text("\n".join(json.dumps(row) for row in rows))
+    (tmp_path / "backend.pkl").write_bytes(pickle.dumps(llm))
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(written) >= 4
+    assert [p.name for p in written if SENTINEL.encode() in p.read_bytes()] == []  # ... and never written
+
+
+def test_logprob_scoring_returns_a_valid_label(llm_server):
+    llm = backend(llm_server, scoring="logprobs")
+    replies = run(llm, [Request(p.messages, p.seed, LABELS) for p in map(prompt, range(3))])
+    assert all(r.text in {f"Answer: {label}" for label in LABELS} for r in replies)
+    assert llm.stats()["logprob_fallbacks"] == 0 and all(r.completion_tokens == 1 for r in replies)
+
+
+def test_throughput_and_cache_timing(llm_server, tmp_path, capsys):
+    """Requests per second with 1, 4 and 16 concurrent callers, and one batch cold vs warm (printed)."""
+    lines = []
+    for concurrency, offset in ((1, 100), (4, 200), (16, 300)):
+        llm = backend(llm_server, max_concurrency=concurrency)
+        start = time.perf_counter()
+        replies = run(llm, [prompt(offset + i) for i in range(12)])
+        elapsed = time.perf_counter() - start
+        assert all(r.error is None for r in replies)
+        lines.append(f"concurrency {concurrency:>2}: {12 / elapsed:.2f} requests/s")
+    batch = [prompt(400 + i) for i in range(12)]
+    timings = []
+    for _ in ("cold", "warm"):
+        start = time.perf_counter()
+        run(backend(llm_server, cache_path=tmp_path / "c.sqlite"), batch)
+        timings.append(time.perf_counter() - start)
+    lines.append(f"12-call batch: cold {timings[0]:.2f} s, warm (cached) {timings[1]:.3f} s")
+    with capsys.disabled():
+        print("\n" + "\n".join(lines))
+    assert timings[1] < timings[0] / 5
