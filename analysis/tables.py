@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import paper
+from analysis.load import SWEEP_EXPERIMENT
 from analysis.metrics import (
     NO_MEMORY,
     ORACLE_RESET,
@@ -535,7 +536,7 @@ def sweep_table(analysis: Analysis) -> Table | None:
         [
             env_label(r["env"]),
             method_label(r["memory"]),
-            *(number(r[n], 3) for n in names),
+            *(f"{r[n]:g}" for n in names),
             interval(r["mean"], r["low"], r["high"]),
             str(int(r["n"])),
         ]
@@ -543,7 +544,7 @@ def sweep_table(analysis: Analysis) -> Table | None:
     ]
     columns = ["Setting", "Method", *names, "Success (overall)", "n"]
     return Table(
-        "sweep_thresholds",
+        SWEEP_EXPERIMENT,
         "Threshold sweep: overall success per configuration",
         columns,
         rows,
