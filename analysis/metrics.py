@@ -429,17 +429,35 @@ def swept_parameters(runs: pd.DataFrame) -> list[str]:
     return sorted(k for k, v in values.items() if len(v) > 1)
 
 
+def sweep_method(config: dict[str, object], label: str) -> str:
+    """The method a sweep run belongs to, for grouping its grid points.
+
+    A sweep's memory labels carry the grid point (e.g. "tepa_rev-theta_rev=0.4-theta_rec=0.5"), so the
+    method comes from the memory class in the resolved config: its module names the method
+    ("tepa.tepa_rev.TEPARev" -> "tepa_rev") when that is one of the nine; otherwise the label is kept.
+    """
+    for key, value in config.items():
+        if key.split(".")[-2:] == ["memory", "_target_"] and isinstance(value, str):
+            parts = re.split(r"[.:]", value)
+            if len(parts) >= 2 and parts[-2] in METHOD_LABELS:
+                return parts[-2]
+    return label
+
+
 def sweep_success(per_seed: pd.DataFrame, runs: pd.DataFrame, params: list[str]) -> pd.DataFrame:
     """Overall success of each swept configuration, mean over seeds with CI.
 
-    Columns: env, memory, one column per parameter (named by its last key component), mean, low,
-    high, n.
+    Columns: env, memory (the `sweep_method`), one column per parameter (named by its last key
+    component), mean, low, high, n.
     """
     names = [p.rsplit(".", 1)[-1] for p in params]
     configs = runs.set_index("run")["config"]
     overall = per_seed[per_seed["phase"] == OVERALL].copy()
+    overall["memory"] = [
+        sweep_method(configs[r], m) for r, m in zip(overall["run"], overall["memory"], strict=True)
+    ]
     for param, name in zip(params, names, strict=True):
-        overall[name] = overall["run"].map(lambda r, p=param: configs[r].get(p, np.nan))
+        overall[name] = [configs[r].get(param, np.nan) for r in overall["run"]]
     records = []
     for env in sorted_envs(overall["env"]):
         of_env = overall[overall["env"] == env]

@@ -19,6 +19,7 @@ from analysis.metrics import (
     sorted_methods,
     success_per_seed,
     summarize_adaptation,
+    sweep_method,
     swept_parameters,
 )
 from analysis.stats import holm
@@ -225,3 +226,10 @@ def test_labels_and_orders():
         "tepa_rev",
         "mine",
     ]
+
+
+def test_sweep_method_comes_from_the_memory_class():
+    label = "tepa_rev-theta_rev=0.4-theta_rec=0.5"
+    assert sweep_method({"config.memory._target_": "tepa.tepa_rev.TEPARev"}, label) == "tepa_rev"
+    assert sweep_method({"config.memory._target_": "mine.memory:Mine"}, "mine-x=1") == "mine-x=1"
+    assert sweep_method({}, label) == label

@@ -1,6 +1,8 @@
 """End to end: synthetic run directories -> load -> tables, figures, README; plus the loader's rules."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +13,7 @@ from analysis.__main__ import main
 from analysis.load import load_runs
 from analysis.tables import Table, interval, latex_escape, number, pvalue, to_latex, to_markdown
 
+ROOT = Path(__file__).resolve().parents[1]
 PHASES = (("stable", 30), ("full_reversal", 30), ("partial_reversal", 30), ("return", 30))
 LEVEL = {"no_memory": 0.3, "append_only": 0.2, "oracle_reset": 0.85, "tepa_rev": 0.8}
 
@@ -61,30 +64,33 @@ def runs_root(tmp_path_factory) -> Path:
     write_run(root, "paper_controlled", "controlled_drift", "lww", 0, complete=False)
     for theta_rev in (0.3, 0.5):
         for theta_rec in (0.4, 0.6):
-            config = {"memory": {"name": "tepa_rev", "theta_rev": theta_rev, "theta_rec": theta_rec}}
-            write_run(
-                root,
-                "sweep_thresholds",
-                "controlled_drift",
-                "tepa_rev",
-                0,
-                phases=PHASES[:2],
-                config=config,
-                subdir=f"rev={theta_rev},rec={theta_rec}",
-            )
+            # As the runner writes a sweep: the grid point is in the memory label and the config.
+            label = f"tepa_rev-theta_rev={theta_rev}-theta_rec={theta_rec}"
+            memory = {"_target_": "tepa.tepa_rev.TEPARev", "label": label, "theta_rev": theta_rev}
+            config = {"memory": memory | {"theta_rec": theta_rec, "top_k": 8}, "seed": 0}
+            for seed in range(2):
+                write_run(
+                    root,
+                    "sweep_thresholds",
+                    "controlled_drift",
+                    label,
+                    seed,
+                    phases=PHASES[:2],
+                    config=config,
+                )
     return root
 
 
 def test_load_skips_incomplete_runs_and_fills_counters(runs_root):
     logs = load_runs(runs_root)
-    assert len(logs.runs) == 4 * 3 + 4  # the incomplete LWW run is not read
+    assert len(logs.runs) == 4 * 3 + 4 * 2  # the incomplete LWW run is not read
     assert "lww" not in set(logs.episodes["memory"])
     assert "reply" not in logs.episodes
     no_memory = logs.episodes[logs.episodes["memory"] == "no_memory"]
     assert (no_memory["repromotions"] == 0).all() and no_memory["trials"].dtype == np.int64
     assert set(logs.events["event"]) == {"promoted", "revoked", "repromoted"}
     assert set(logs.events["memory"]) == {"tepa_rev"}
-    assert logs.runs.iloc[0]["config"]["complete"] is True
+    assert all(logs.runs["config"].map(lambda c: c["complete"] is True))
 
 
 def test_load_rejects_bad_logs(tmp_path):
@@ -136,6 +142,7 @@ def test_cli_writes_deterministic_tables_figures_and_readme(runs_root, tmp_path)
     assert drift.loc["no_memory", "paper"] == 0.309 and bool(drift.loc["append_only", "paper_approximate"])
     assert drift.loc["tepa_rev", "diff"] == pytest.approx(drift.loc["tepa_rev", "mean"] - 0.95, abs=1e-6)
     sweep = pd.read_csv(out / "tables" / "sweep_thresholds.csv")
+    assert set(sweep["memory"]) == {"tepa_rev"} and set(sweep["n"]) == {2}
     assert sorted(zip(sweep["theta_rec"], sweep["theta_rev"], strict=True)) == [
         (0.4, 0.3),
         (0.4, 0.5),
@@ -169,3 +176,15 @@ def test_formatting_is_fixed():
     assert "| x\\|y | 1.000 |" in to_markdown(table) and "|---|--:|" in to_markdown(table)
     latex = to_latex(table)
     assert r"\begin{tabular}{lr}" in latex and r"\label{tab:t}" in latex and r"x|y & 1.000 \\" in latex
+
+
+def test_analysis_reads_logs_only():
+    """The analysis must not import the harness it analyses (DESIGN: analysis -> reads logs only)."""
+    code = (
+        "import sys, analysis.__main__; "
+        "harness = {'envs', 'runners', 'tepa', 'baselines'}; "
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in harness); "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
