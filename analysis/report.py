@@ -8,17 +8,19 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.figures import FigureFile
-from analysis.metrics import method_label, sorted_experiments, sorted_methods
+from analysis.load import SWEEP_EXPERIMENT
+from analysis.metrics import method_label, sorted_experiments, sorted_methods, sweep_method
 from analysis.tables import Table, markdown_table
 
 SIMULATED_BACKEND_NOTE = (
-    "**About the backend.** The runs behind these results use the default *simulated* LLM backend: "
-    "a documented behaviour model that reads the same rendered prompt a real model receives and "
-    "chooses an option from the evidence lines in it (with a small lapse rate, a prior guess when there "
-    "is no evidence, and weights for support, failure reports, recency and in-session hints). Its few "
-    "parameters were calibrated once, for all methods and settings together, never per method. Its "
-    "numbers therefore model an LLM's reading of the memory; they are not a real LLM's results. Run "
-    "the same experiments with `llm=openai` (any OpenAI-compatible endpoint) for those."
+    "**About the backend.** The default LLM backend, `SimulatedBackend` (`llm=simulated`), is a "
+    "simulated LLM: a documented behaviour model that reads the same rendered prompt a real model "
+    "receives and chooses an option from the evidence lines in it (with a small lapse rate, a prior "
+    "guess when there is no evidence, and weights for support, failure reports, recency and in-session "
+    "hints). Its few parameters were calibrated once, for all methods and settings together, never per "
+    "method. Its numbers model an LLM's reading of the memory; they are not a real LLM's results. The "
+    "Backend column of the Runs table says which backend produced each experiment; run the same "
+    "experiments with `llm=openai` (any OpenAI-compatible endpoint) for a real model."
 )
 
 PROVENANCE_NOTE = (
@@ -30,14 +32,26 @@ PROVENANCE_NOTE = (
 )
 
 
+def backend(config: dict[str, object]) -> str:
+    """The LLM backend of a run from its flattened config: class name, plus the model when set."""
+    found = {key.split(".")[-1]: value for key, value in config.items() if key.split(".")[-2:-1] == ["llm"]}
+    name = str(found.get("_target_", "unknown")).replace(":", ".").split(".")[-1]
+    return f"{name} ({found['model']})" if found.get("model") else name
+
+
 def _inventory(runs: pd.DataFrame) -> str:
-    """Which experiments, methods and seeds the tables are built from."""
+    """Which experiments, methods, seeds and backends the tables are built from."""
     rows = []
     for experiment in sorted_experiments(runs["experiment"]):
         of = runs[runs["experiment"] == experiment]
-        methods = ", ".join(method_label(m) for m in sorted_methods(of["memory"]))
-        rows.append([experiment, str(of["env"].nunique()), methods, str(of["seed"].nunique()), str(len(of))])
-    return markdown_table(["Experiment", "Envs", "Methods", "Seeds", "Runs"], rows, labels=3)
+        labels = of["memory"]
+        if experiment == SWEEP_EXPERIMENT:  # labels carry grid points: name the methods instead
+            labels = [sweep_method(c, m) for c, m in zip(of["config"], of["memory"], strict=True)]
+        methods = ", ".join(method_label(m) for m in sorted_methods(labels))
+        backends = ", ".join(sorted({backend(c) for c in of["config"]}))
+        counts = [str(of["env"].nunique()), str(of["seed"].nunique()), str(len(of))]
+        rows.append([experiment, methods, backends, *counts])
+    return markdown_table(["Experiment", "Methods", "Backend", "Envs", "Seeds", "Runs"], rows, labels=3)
 
 
 def render_report(

@@ -79,8 +79,8 @@ class ExecutableDrift:
     def __init__(
         self,
         *,
-        n_keys: int = 10,
-        n_actions: int = 4,
+        n_keys: int = 5,
+        n_actions: int = 3,
         phase_length: int = 400,
         partial_fraction: float = 0.5,
         time_limit: float = 2.0,

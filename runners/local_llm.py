@@ -60,7 +60,7 @@ def require_local_llm() -> Path:
 
 def server_command(model: Path, port: int, n_ctx: int = 4096, n_threads: int | None = None) -> list[str]:
     """The llama.cpp server command line (chatml is SmolLM2's chat template)."""
-    threads = n_threads or max(1, (os.cpu_count() or 2) // 2)  # leave the agent loop a core
+    threads = n_threads or os.cpu_count() or 1
     return [
         sys.executable, "-m", "llama_cpp.server",
         "--model", str(model),

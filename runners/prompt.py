@@ -7,6 +7,7 @@ The format is plain enough for a real model and regular enough that the simulate
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Sequence
@@ -33,8 +34,10 @@ OPTION_LINE = re.compile(r"^(?P<label>[A-Z])\) (?P<text>.*)$", re.MULTILINE)
 STEP_LINE = re.compile(r"^Step (?P<t>-?\d+)\.", re.MULTILINE)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def evidence_line(e: Evidence) -> str:
-    """One memory line: step, verdict, the value (JSON-quoted), counts where the method keeps them."""
+    """One memory line: step, verdict, the value (JSON-quoted), counts where the method keeps them.
+    Cached: memories hand back the same evidence episode after episode."""
     counts = "" if e.support is None else f" (support {e.support}, conflicts {e.conflict or 0})"
     verdict = "VALID" if e.holds else "FAILED"
     text = e.text.replace("\n", " ")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass
 
 from runners.backend import Reply, Request
@@ -51,6 +52,7 @@ class SimulatedBackend:
         if self.half_life <= 0:
             raise ValueError(f"half_life={self.half_life}: must be > 0")
         self._calls = 0
+        self._lines: dict[str, tuple[str, int, float] | None] = {}
 
     async def complete(self, request: Request) -> Reply:
         return self.answer(request)
@@ -60,7 +62,8 @@ class SimulatedBackend:
         self._calls += 1
         prompt = request.messages[-1]["content"]
         rng = _SplitMix(hashlib.blake2b(f"{request.seed}\x00{prompt}".encode(), digest_size=8).digest())
-        options = [m.group("text") for m in OPTION_LINE.finditer(prompt)]
+        tail = prompt.rfind("\nOptions:\n")  # options come last; do not scan the memory lines for them
+        options = [m.group("text") for m in OPTION_LINE.finditer(prompt, tail)] if tail >= 0 else []
         scores = self._scores(prompt)
         if options:
             text = "Answer: " + LABELS[self._choose(options, scores, prompt, rng)]
@@ -71,24 +74,41 @@ class SimulatedBackend:
     def _scores(self, prompt: str) -> dict[str, float]:
         step_m = STEP_LINE.search(prompt)
         now = int(step_m.group("t")) if step_m else 0
-        scores: dict[str, float] = {}
         decay = math.log(2.0) / self.half_life
-        for m in EVIDENCE_LINE.finditer(prompt):
-            raw = m.group("value")
-            value = json.loads(raw) if "\\" in raw else raw[1:-1]
-            if m.group("s") is not None:
-                s, f = int(m.group("s")), int(m.group("f"))
-            else:
-                s, f = (1, 0) if m.group("verdict") == "VALID" else (0, 1)
-            rec = math.exp(-max(0, now - int(m.group("t"))) * decay)
-            delta = rec * (self.w_support * math.log1p(s) - self.w_failure * math.log1p(f))
-            scores[value] = scores.get(value, 0.0) + delta
+        scores: dict[str, float] = {}
+        cache = self._lines
+        if len(cache) > _LINE_CACHE:
+            cache.clear()
+        for line in _ANY_EVIDENCE_LINE.findall(prompt):
+            info = cache.get(line)
+            if info is None:
+                info = cache[line] = self._read_line(line)
+            if info is None:
+                continue
+            value, t, weight = info
+            rec = math.exp((t - now) * decay) if t < now else 1.0
+            scores[value] = scores.get(value, 0.0) + rec * weight
         return scores
+
+    def _read_line(self, line: str) -> tuple[str, int, float] | None:
+        """(value, step, weight before recency) of one memory line; None if it is not one.
+        Cached per line: long prompts repeat the same lines episode after episode."""
+        m = EVIDENCE_LINE.match(line)
+        if m is None:
+            return None
+        raw = m.group("value")
+        value = json.loads(raw) if "\\" in raw else raw[1:-1]
+        if m.group("s") is not None:
+            s, f = int(m.group("s")), int(m.group("f"))
+        else:
+            s, f = (1, 0) if m.group("verdict") == "VALID" else (0, 1)
+        return value, int(m.group("t")), self.w_support * math.log1p(s) - self.w_failure * math.log1p(f)
 
     def _choose(self, options: list[str], scores: dict[str, float], prompt: str, rng: _SplitMix) -> int:
         if rng.random() < self.lapse:
             return rng.randrange(len(options))
-        hint = next((ln for ln in prompt.splitlines() if ln.startswith(HINT_PREFIX)), "")
+        at = prompt.find("\n" + HINT_PREFIX)
+        hint = prompt[at + 1 : prompt.find("\n", at + 1)] if at >= 0 else ""
         totals = [scores.get(o, 0.0) + (self.w_hint if o and f'"{o}"' in hint else 0.0) for o in options]
         best = max(totals)
         tied = [i for i, v in enumerate(totals) if v >= best - 1e-12]
@@ -96,6 +116,10 @@ class SimulatedBackend:
 
     def stats(self) -> dict:
         return {"calls": self._calls}
+
+
+_ANY_EVIDENCE_LINE = re.compile(r"^- \[step .*$", re.MULTILINE)
+_LINE_CACHE = 200_000
 
 
 class _SplitMix:

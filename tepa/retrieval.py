@@ -9,6 +9,7 @@ text and the evidence text, best `top_k` kept, then put back in chronological or
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -16,6 +17,7 @@ from collections.abc import Iterable
 from tepa.evidence import Evidence, Query
 
 DEFAULT_TOP_K = 8
+_chronological = operator.attrgetter("t", "ref")
 _TOKEN = re.compile(r"[a-z0-9]+")
 
 
@@ -48,11 +50,12 @@ def rank(candidates: Iterable[Evidence], query: Query, top_k: int = DEFAULT_TOP_
     Callers may pre-filter `candidates` to the query's key for speed; the result is the same.
     """
     if query.key is not None:
-        return sorted((e for e in candidates if e.key == query.key), key=lambda e: (e.t, e.ref))
+        key = query.key
+        return sorted([e for e in candidates if e.key == key], key=_chronological)
     items = list(candidates)
     if not items or top_k <= 0:
         return []
     scores = bm25_scores(query.text, [f"{e.key} {e.value} {e.text}" for e in items])
     order = sorted(range(len(items)), key=lambda i: (-scores[i], -items[i].t, -items[i].ref))
     best = [items[i] for i in order[:top_k] if scores[i] > 0.0]
-    return sorted(best, key=lambda e: (e.t, e.ref))
+    return sorted(best, key=_chronological)

@@ -55,7 +55,7 @@ def test_stream_shape(env):
     assert [t.t for t in tasks] == list(range(4 * PL))
     assert [t.phase for t in tasks] == [p for p in PHASES for _ in range(PL)]
     for task in tasks:
-        assert len(task.options) == 4 and len(set(task.options)) == 4
+        assert len(task.options) == env.n_actions == 3 and len(set(task.options)) == 3
         assert task.correct in task.options
         assert task.text.startswith(f"Job {task.key}: ")
         assert task.meta["version"] == env.versions_at(task.t)[task.meta["tool"]]
