@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+RUN    := $(BIN)/python -m runners.run -m hydra/launcher=joblib
+# MemoryAgentBench data: a folder with memoryagentbench/ and mquake/ (see README); empty = download.
+export TEPA_DATA_DIR ?=
 
-.PHONY: test reproduce
+.PHONY: test reproduce figures
 
 # (Re)install when the venv is missing or pyproject.toml changed.
 $(STAMP): pyproject.toml
@@ -16,5 +19,14 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(BIN)/python -m pytest -m "not llm"
 
+# Every paper experiment on the offline simulated backend (10 seeds), then tables, figures, results/README.md.
 reproduce: $(STAMP)
-	@echo "no paper experiments are wired up yet"
+	$(RUN) experiment=paper_controlled
+	$(RUN) experiment=paper_executable
+	$(RUN) experiment=paper_preference
+	$(RUN) experiment=paper_memoryagentbench
+	$(MAKE) figures
+
+# Tables, figures and results/README.md from the logs already in results/runs (no experiment is rerun).
+figures: $(STAMP)
+	$(BIN)/python -m analysis --runs results/runs --out results
