@@ -24,7 +24,8 @@ reproduce: $(STAMP)
 	$(RUN) experiment=paper_controlled
 	$(RUN) experiment=paper_executable
 	$(RUN) experiment=paper_preference
-	$(RUN) experiment=paper_memoryagentbench
+	@if $(BIN)/python -m envs.mab_data; then $(RUN) experiment=paper_memoryagentbench; \
+	else echo "skipping MemoryAgentBench: no data (see above)"; fi
 	$(MAKE) figures
 
 # Tables, figures and results/README.md from the logs already in results/runs (no experiment is rerun).

@@ -21,6 +21,7 @@ import functools
 import hashlib
 import json
 import os
+import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -187,3 +188,21 @@ def _download_templates() -> MQuAKETemplates:
         tmp.replace(path)
         texts[name] = payload.decode("utf-8")
     return _templates(texts)
+
+
+def main() -> int:
+    """`python -m envs.mab_data`: locate (or download) the data once and say whether it is usable, so that
+    `make reproduce` can skip MemoryAgentBench with the reason instead of failing."""
+    try:
+        load_conflict_resolution(SOURCES[0])
+        load_mquake_templates()
+    except DataNotFoundError as err:
+        print(f"MemoryAgentBench data unavailable: {err}", file=sys.stderr)
+        return 1
+    where = local_data_dir()
+    print(f"MemoryAgentBench data: {where if where else 'downloaded from the Hugging Face Hub'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

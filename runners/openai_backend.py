@@ -366,9 +366,11 @@ class OpenAIBackend:
         raise _CallFailed(f"gave up after {self.max_retries + 1} attempts; last error {failure}")
 
     def _redact(self, text: str) -> str:
+        """An error message fit for the episode log: without the key (servers echo it, masked or not), and
+        short."""
         key = os.environ.get(self.api_key_env)
         text = text.replace(key, "[redacted]") if key else text
-        return re.sub(r"sk-[A-Za-z0-9_\-*.]{4,}", "sk-[redacted]", text)
+        return re.sub(r"sk-[A-Za-z0-9_\-*.]{4,}", "sk-[redacted]", text)[:500]
 
     def _exhausted_message(self) -> str:
         return (

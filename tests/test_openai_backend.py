@@ -120,7 +120,9 @@ def test_key_is_sent_but_never_in_repr_stats_pickle_or_errors(stub_server, monke
     monkeypatch.setenv("TEPA_TEST_KEY", SENTINEL)
     echo = json.dumps({"error": {"message": f"Incorrect API key provided: {SENTINEL}"}}).encode()
     stub_server.push(StubReply(), StubReply(status=401, body=echo))
-    backend = make(stub_server, api_key_env="TEPA_TEST_KEY", cache_path=tmp_path / "c.sqlite")
+    backend = make(
+        stub_server, api_key_env="TEPA_TEST_KEY", cache_path=tmp_path / "c.sqlite", max_concurrency=1
+    )
     ok, denied = run(backend, request(0), request(1))
     assert ok.error is None and denied.error is not None and denied.text == ""
     assert stub_server.headers[0]["authorization"] == f"Bearer {SENTINEL}"
@@ -151,12 +153,12 @@ def test_reply_carries_usage_or_an_estimate(stub_server):
         (StubReply(body=b'{"choices": [{"mess'), "malformed"),
         (StubReply(body=b"<html>bad gateway</html>"), "malformed"),
         (StubReply(body={"object": "chat.completion", "choices": []}), "malformed"),
-        (StubReply(delay=1.0), "timeout"),
+        (StubReply(delay=2.0), "timeout"),
     ],
 )
 def test_transient_failures_are_retried(stub_server, fault, kind):
     stub_server.push(fault, fault)
-    backend = make(stub_server, timeout=0.4)
+    backend = make(stub_server, timeout=0.75 if kind == "timeout" else 5.0)
     (reply,) = run(backend, request())
     assert reply.error is None and reply.text == "Answer: A"
     stats = backend.stats()
@@ -252,8 +254,8 @@ def test_faults_through_the_proxy_leave_answers_unchanged(stub_server):
     """Every fault kind at 10% through the fault proxy: all calls complete, identical to the stub's."""
     stub_server.default = StubReply(body=completion("Answer: B"))
     rates = FaultRates.uniform(0.1)
-    with FaultProxy(stub_server.base_url, rates, seed=3, retry_after="0.05", hang_seconds=1.0) as proxy:
-        backend = OpenAIBackend(proxy.base_url, "stub-model", **{**FAST, "timeout": 0.3}, max_retries=12)
+    with FaultProxy(stub_server.base_url, rates, seed=3, retry_after="0.05", hang_seconds=1.5) as proxy:
+        backend = OpenAIBackend(proxy.base_url, "stub-model", **{**FAST, "timeout": 0.5}, max_retries=12)
         replies = run(backend, *(request(i) for i in range(40)))
     assert [r.text for r in replies] == ["Answer: B"] * 40
     assert set(proxy.counts) == {"forwarded", "rate_limited", "server_error", "hang", "truncated", "garbage"}
