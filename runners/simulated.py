@@ -14,8 +14,9 @@ seed, never hidden state. The behaviour model, for a multiple-choice prompt with
 3. It answers the best-scoring option; ties (e.g. no evidence at all) are broken by a uniformly random
    prior guess among the tied options.
 
-For free-form questions (no options) it answers the value of the best-scoring memory line (same scores,
-over values), or "unknown" without evidence.
+For free-form questions (no options) the values named by memory lines play the options' part: with
+probability `lapse` a uniformly random one, otherwise the best-scoring one (ties at random); "unknown"
+without evidence.
 
 Randomness comes from a splitmix64 generator seeded by blake2b(seed, prompt text), so the reply is a
 function of the prompt and the seed alone. The parameters are global: calibrated once for all methods and settings
@@ -68,7 +69,7 @@ class SimulatedBackend:
         if options:
             text = "Answer: " + LABELS[self._choose(options, scores, prompt, rng)]
         else:
-            text = "Answer: " + (max(scores, key=lambda v: (scores[v], v)) if scores else "unknown")
+            text = "Answer: " + self._free_answer(scores, rng)
         return Reply(text=text, prompt_tokens=estimate_tokens(request.messages), completion_tokens=3)
 
     def _scores(self, prompt: str) -> dict[str, float]:
@@ -103,6 +104,16 @@ class SimulatedBackend:
         else:
             s, f = (1, 0) if m.group("verdict") == "VALID" else (0, 1)
         return value, int(m.group("t")), self.w_support * math.log1p(s) - self.w_failure * math.log1p(f)
+
+    def _free_answer(self, scores: dict[str, float], rng: _SplitMix) -> str:
+        if not scores:
+            return "unknown"
+        values = sorted(scores)
+        if rng.random() < self.lapse:
+            return values[rng.randrange(len(values))]
+        best = max(scores.values())
+        tied = [v for v in values if scores[v] >= best - 1e-12]
+        return tied[rng.randrange(len(tied))]
 
     def _choose(self, options: list[str], scores: dict[str, float], prompt: str, rng: _SplitMix) -> int:
         if rng.random() < self.lapse:
