@@ -54,7 +54,12 @@ class _Transient(Exception):
 
 
 class _CallFailed(Exception):
-    """The call failed for good: a permanent HTTP error, or transient ones until the retries ran out."""
+    """The call failed for good: a permanent HTTP error (the request itself was refused), or transient
+    ones until the retries ran out."""
+
+    def __init__(self, message: str, refused: bool) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -162,7 +167,8 @@ class OpenAIBackend:
     `seed=None` sends each request's own seed (streams sample independently at temperature > 0); an int
     pins one seed for every call. `scoring="logprobs"` answers multiple-choice requests (those with
     `labels`) from the first token's log-probabilities and falls back to free text where the endpoint
-    returns none. `cache_path` (a SQLite file) makes reruns free and identical; None disables it.
+    returns none (or rejects the request for them). `cache_path` (a SQLite file) makes reruns free and
+    identical; None disables it.
     """
 
     name = "openai"
@@ -185,19 +191,19 @@ class OpenAIBackend:
         backoff_base: float = 0.5,
         backoff_max: float = 30.0,
     ) -> None:
-        _check(bool(base_url) and urlsplit(base_url).scheme in ("http", "https"), "base_url", base_url)
-        _check(bool(model), "model", model)
-        _check(bool(api_key_env), "api_key_env", api_key_env)
-        _check(temperature >= 0, "temperature", temperature)
-        _check(max_tokens is None or max_tokens >= 1, "max_tokens", max_tokens)
-        _check(top_p is None or 0 < top_p <= 1, "top_p", top_p)
-        _check(timeout > 0, "timeout", timeout)
-        _check(max_retries >= 0, "max_retries", max_retries)
-        _check(max_concurrency >= 1, "max_concurrency", max_concurrency)
-        _check(max_failed_calls >= 1, "max_failed_calls", max_failed_calls)
-        _check(scoring in SCORINGS, "scoring", scoring)
-        _check(backoff_base >= 0, "backoff_base", backoff_base)
-        _check(backoff_max >= backoff_base, "backoff_max", backoff_max)
+        _check(urlsplit(base_url).scheme in ("http", "https"), "base_url", base_url, "an http(s) URL")
+        _check(bool(model), "model", model, "a model name")
+        _check(bool(api_key_env), "api_key_env", api_key_env, "a variable name")
+        _check(temperature >= 0, "temperature", temperature, ">= 0")
+        _check(max_tokens is None or max_tokens >= 1, "max_tokens", max_tokens, ">= 1 or None")
+        _check(top_p is None or 0 < top_p <= 1, "top_p", top_p, "in (0, 1] or None")
+        _check(timeout > 0, "timeout", timeout, "> 0 seconds")
+        _check(max_retries >= 0, "max_retries", max_retries, ">= 0")
+        _check(max_concurrency >= 1, "max_concurrency", max_concurrency, ">= 1")
+        _check(max_failed_calls >= 1, "max_failed_calls", max_failed_calls, ">= 1")
+        _check(scoring in SCORINGS, "scoring", scoring, f"one of {SCORINGS}")
+        _check(backoff_base >= 0, "backoff_base", backoff_base, ">= 0")
+        _check(backoff_max >= backoff_base, "backoff_max", backoff_max, ">= backoff_base")
         if not os.environ.get(api_key_env) and not _is_loopback(base_url):
             raise ValueError(
                 f"api_key_env: environment variable {api_key_env} is not set "
@@ -316,8 +322,16 @@ class OpenAIBackend:
             }
             k = min(_MAX_TOP_LOGPROBS, max(5, len(request.labels)))
             probe = messages + [instruction]
-            text, top, usage = await self._call(probe, max_tokens=1, logprobs=True, top_logprobs=k, **params)
-            spent_prompt, spent_completion = _usage(usage, probe, text)
+            try:
+                text, top, usage = await self._call(
+                    probe, max_tokens=1, logprobs=True, top_logprobs=k, **params
+                )
+            except _CallFailed as exc:
+                if not exc.refused:
+                    raise
+                top = None  # an endpoint that rejects logprobs: answer in free text
+            else:
+                spent_prompt, spent_completion = _usage(usage, probe, text)
             label = pick_label(top or [], request.labels)
             if label is not None:
                 return f"Answer: {label}", spent_prompt, spent_completion
@@ -343,7 +357,7 @@ class OpenAIBackend:
             except openai.APIStatusError as exc:
                 status = exc.status_code
                 if not (status in (408, 409, 429) or status >= 500):
-                    raise _CallFailed(f"HTTP {status}: {exc.message}") from None
+                    raise _CallFailed(f"HTTP {status}: {exc.message}", refused=True) from None
                 kind = "rate_limited" if status == 429 else f"http_{status}"
                 failure = _Transient(
                     kind, exc.message, parse_retry_after(exc.response.headers.get("retry-after"))
@@ -363,7 +377,9 @@ class OpenAIBackend:
             )
             self._retry_wait += delay
             await asyncio.sleep(delay)
-        raise _CallFailed(f"gave up after {self.max_retries + 1} attempts; last error {failure}")
+        raise _CallFailed(
+            f"gave up after {self.max_retries + 1} attempts; last error {failure}", refused=False
+        )
 
     def _redact(self, text: str) -> str:
         """An error message fit for the episode log: without the key (servers echo it, masked or not), and
@@ -409,6 +425,6 @@ def _usage(usage: Mapping[str, object], messages: Sequence[Mapping[str, str]], t
     )
 
 
-def _check(ok: bool, name: str, value: object) -> None:
+def _check(ok: bool, name: str, value: object, expected: str) -> None:
     if not ok:
-        raise ValueError(f"{name}: invalid value {value!r}")
+        raise ValueError(f"{name}={value!r}: must be {expected}")

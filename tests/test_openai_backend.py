@@ -250,6 +250,14 @@ def test_logprob_scoring_falls_back_to_free_text(stub_server):
     assert "logprobs" not in stub_server.requests[1] and stub_server.requests[1]["messages"] == list(MESSAGES)
 
 
+def test_logprob_scoring_survives_an_endpoint_that_rejects_it(stub_server):
+    stub_server.push(StubReply(status=400, body={"error": {"message": "logprobs not supported"}}))
+    backend = make(stub_server, scoring="logprobs")
+    (reply,) = run(backend, request(labels=("A", "B")))
+    assert reply.error is None and reply.text == "Answer: A"
+    assert backend.stats()["logprob_fallbacks"] == 1 and len(stub_server.requests) == 2
+
+
 def test_faults_through_the_proxy_leave_answers_unchanged(stub_server):
     """Every fault kind at 10% through the fault proxy: all calls complete, identical to the stub's."""
     stub_server.default = StubReply(body=completion("Answer: B"))

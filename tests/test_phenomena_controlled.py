@@ -5,7 +5,7 @@ Thresholds come from measured runs (see the comments) with a margin."""
 import pytest
 
 from envs.controlled_drift import ControlledDrift
-from tests.phenomena import early_success, run_methods, success
+from phenomena import early_success, run_methods, success
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ Measured (2 seeds): full reversal No Memory ~0.31, Append-Only ~0.21, TEPA-Rev ~
 import pytest
 
 from envs.executable_drift import ExecutableDrift
-from tests.phenomena import early_success, run_methods, success
+from phenomena import early_success, run_methods, success
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ Measured (10 seeds): TEPA-Full ~0.87, TEPA-Rev ~0.87, No Memory ~0.80, Append-On
 import pytest
 
 from envs.preference_stream import PreferenceStream
-from tests.phenomena import run_methods, success
+from phenomena import run_methods, success
 
 
 @pytest.fixture(scope="module")
