@@ -8,8 +8,8 @@ A stream directory `results/runs/<experiment>/<env>/<memory>/seed=<n>/` holds, o
   It is written last, so its presence marks a complete stream.
 
 While a stream runs, each episode is appended (and flushed) to `episodes.partial.jsonl`, whose first
-line is the stream's config fingerprint, and its events to `archive.partial.jsonl` (a live view; the
-final archive is rebuilt from the stream itself). A killed stream resumes by replaying the partial
+line is the stream's config fingerprint. Lifecycle events are not logged as they happen: a resumed
+stream rebuilds them exactly by replay, and writing them twice doubled the cost of fact-heavy streams. A killed stream resumes by replaying the partial
 records (see `runners.loop.run_stream`), so its final files equal those of an uninterrupted run.
 Every final file is written atomically (a temporary file, then `os.replace`).
 """
@@ -31,7 +31,6 @@ EPISODES = "episodes.parquet"
 ARCHIVE = "archive.jsonl"
 META = "meta.json"
 PARTIAL_EPISODES = "episodes.partial.jsonl"
-PARTIAL_ARCHIVE = "archive.partial.jsonl"
 
 
 class StaleRunError(RuntimeError):
@@ -91,7 +90,6 @@ class StreamLog:
         self.dir = directory
         self.fingerprint = config_fingerprint
         self._episodes: IO[str] | None = None
-        self._events: IO[str] | None = None
 
     def is_complete(self) -> bool:
         """True when every final file is there and meta.json says complete (for this config).
@@ -114,8 +112,7 @@ class StreamLog:
         return True
 
     def discard_partial(self) -> None:
-        for name in (PARTIAL_EPISODES, PARTIAL_ARCHIVE):
-            (self.dir / name).unlink(missing_ok=True)
+        (self.dir / PARTIAL_EPISODES).unlink(missing_ok=True)
 
     def replay(self) -> list[dict[str, Any]]:
         """The records an interrupted run of this config logged (the readable prefix of the partial
@@ -138,29 +135,24 @@ class StreamLog:
 
     def open(self, replay: Sequence[Mapping[str, Any]]) -> None:
         """Start appending: rewrite the partial log as its header plus `replay` (dropping a torn
-        tail), then keep both partial files open for `append`."""
+        tail), then keep it open for `append`."""
         self.dir.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(
             self.dir / PARTIAL_EPISODES, jsonl_bytes([{"fingerprint": self.fingerprint}, *replay])
         )
         self._episodes = open(self.dir / PARTIAL_EPISODES, "a", encoding="utf-8")
-        self._events = open(self.dir / PARTIAL_ARCHIVE, "a", encoding="utf-8")
 
     def append(self, record: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> None:
         """Log one episode as it finishes (the loop's `on_episode`); flushed, so a kill loses at most
-        the episode being written."""
-        assert self._episodes is not None and self._events is not None, "StreamLog.open() first"
+        the episode being written. `events` are rebuilt by replay on resume (module docstring)."""
+        assert self._episodes is not None, "StreamLog.open() first"
         self._episodes.write(_dumps(record) + "\n")
         self._episodes.flush()
-        if events:
-            self._events.write("".join(_dumps(e) + "\n" for e in events))
-            self._events.flush()
 
     def close(self) -> None:
-        for f in (self._episodes, self._events):
-            if f is not None:
-                f.close()
-        self._episodes = self._events = None
+        if self._episodes is not None:
+            self._episodes.close()
+        self._episodes = None
 
     def finish(
         self,
@@ -180,7 +172,7 @@ class StreamLog:
 
 
 def _dumps(obj: Any, sort_keys: bool = False) -> str:
-    return json.dumps(obj, sort_keys=sort_keys, ensure_ascii=False, separators=(",", ":"), default=_jsonable)
+    return (_SORTED if sort_keys else _PLAIN).encode(obj)
 
 
 def _jsonable(obj: Any) -> Any:
@@ -206,3 +198,9 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return _parse(path.read_bytes())
     except OSError:
         return None
+
+
+# One encoder each, built once: json.dumps with options builds a new encoder per call, which dominated
+# writing the archive of fact-heavy streams.
+_PLAIN = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_jsonable)
+_SORTED = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_jsonable, sort_keys=True)
