@@ -98,6 +98,10 @@ class ControlledDrift:
         self._trial_rng = random.Random(0)
         self._now = 0
 
+    def __len__(self) -> int:
+        """Decision episodes in the stream (for progress bars)."""
+        return self._starts[-1] + self.phases[-1].length
+
     @property
     def phase_boundaries(self) -> list[tuple[int, str]]:
         return [(start, phase.name) for start, phase in zip(self._starts[1:], self.phases[1:], strict=True)]

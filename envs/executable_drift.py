@@ -115,6 +115,10 @@ class ExecutableDrift:
         self._now = 0
 
     # ----- the protocol
+    def __len__(self) -> int:
+        """Decision episodes in the stream (for progress bars)."""
+        return len(PHASES) * self.phase_length
+
     @property
     def phase_boundaries(self) -> list[tuple[int, str]]:
         return [(i * self.phase_length, phase) for i, phase in enumerate(PHASES) if i]

@@ -168,6 +168,10 @@ class MemoryAgentBench:
             feedback=False,
         )
 
+    def __len__(self) -> int:
+        """Decision episodes (questions) in the stream (for progress bars)."""
+        return len(self._questions)
+
     @property
     def phase_boundaries(self) -> list[tuple[int, str]]:
         return [(self._first_question_t, "questions")]

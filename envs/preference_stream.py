@@ -109,6 +109,10 @@ class PreferenceStream:
         self._trial_rng = random.Random(0)
         self._now = 0
 
+    def __len__(self) -> int:
+        """Decision episodes in the stream (for progress bars)."""
+        return self.stable_length + self.drift_length
+
     @property
     def phase_boundaries(self) -> list[tuple[int, str]]:
         return [(self.stable_length, "drift")] if self.stable_length and self.drift_length else []

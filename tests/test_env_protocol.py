@@ -1,0 +1,37 @@
+"""Every environment follows the one protocol and knows its length (progress bars use it)."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from envs.base import Environment
+from envs.controlled_drift import ControlledDrift
+from envs.executable_drift import ExecutableDrift
+from envs.memoryagentbench import MemoryAgentBench
+from envs.preference_stream import PreferenceStream
+
+DATA = os.environ.get("TEPA_DATA_DIR") or str(Path(__file__).resolve().parents[2] / "shared" / "data")
+
+FACTORIES = {
+    "controlled_drift": lambda: ControlledDrift(phase_length=30),
+    "preference_stream": lambda: PreferenceStream(stable_length=40, drift_length=60),
+    "executable_drift": lambda: ExecutableDrift(phase_length=10),
+    "memoryagentbench": lambda: MemoryAgentBench(source="factconsolidation_sh_6k", data_dir=DATA),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FACTORIES))
+def test_protocol_and_length(name):
+    env = FACTORIES[name]()
+    try:
+        assert isinstance(env, Environment) and env.name == name
+        env.reset(1)
+        tasks = list(env.tasks())
+        decisions = [t for t in tasks if t.decide]
+        assert len(env) == len(decisions) > 0
+        assert [t.t for t in tasks] == sorted(t.t for t in tasks)
+        starts = [t for t, _ in env.phase_boundaries]
+        assert all(any(task.t == b for task in tasks) for b in starts)
+    finally:
+        getattr(env, "close", lambda: None)()
