@@ -7,7 +7,7 @@ RUN    := $(BIN)/python -m runners.run -m hydra/launcher=joblib
 # MemoryAgentBench data: a folder with memoryagentbench/ and mquake/ (see README); empty = download.
 export TEPA_DATA_DIR ?=
 
-.PHONY: test reproduce figures
+.PHONY: test reproduce figures calibrate
 
 # (Re)install when the venv is missing or pyproject.toml changed.
 $(STAMP): pyproject.toml
@@ -31,3 +31,7 @@ reproduce: $(STAMP)
 # Tables, figures and results/README.md from the logs already in results/runs (no experiment is rerun).
 figures: $(STAMP)
 	$(BIN)/python -m analysis --runs results/runs --out results
+
+# Calibrate the simulated reader on No Memory and Oracle Reset, and the sensitivity of the results to it.
+calibrate: $(STAMP)
+	$(BIN)/python -m runners.calibrate --out results

@@ -83,7 +83,7 @@ class PreferenceStream:
         drift_length: int = 1600,
         drift_rate: float = 0.002,
         glitch_rate: float = 0.05,
-        hint_rate: float = 0.8,
+        hint_rate: float = 0.875,
         reveal_rate: float = 1.0,
     ) -> None:
         self.n_users = _int_in("n_users", n_users, 1)

@@ -239,20 +239,9 @@ class Grid:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            values = getattr(self, f.name)
-            if f.name == "n_actions":
-                kind, bad = (
-                    "integers >= 2",
-                    [v for v in values if isinstance(v, bool) or not isinstance(v, int) or v < 2],
-                )
-            else:
-                kind = "numbers in [0, 1]"
-                bad = [
-                    v
-                    for v in values
-                    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1
-                ]
-            if not values or bad:
+            values, integer = getattr(self, f.name), f.name == "n_actions"
+            if not values or not all(_axis_value(v, integer) for v in values):
+                kind = "integers >= 2" if integer else "numbers in [0, 1]"
                 raise ValueError(f"grid.{f.name} must be a non-empty tuple of {kind}, got {values!r}")
 
     def including(self, point: Mapping[str, Any]) -> Grid:
@@ -263,6 +252,12 @@ class Grid:
         names = [f.name for f in fields(self)]
         axes = [getattr(self, name) for name in names]
         return [dict(zip(names, values, strict=True)) for values in itertools.product(*axes)]
+
+
+def _axis_value(v: Any, integer: bool) -> bool:
+    if isinstance(v, bool):
+        return False
+    return isinstance(v, int) and v >= 2 if integer else isinstance(v, int | float) and 0 <= v <= 1
 
 
 def ceiling(lapse: float, n_actions: int) -> float:

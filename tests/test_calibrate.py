@@ -27,7 +27,7 @@ def _rates(defaults, env, memory, reader, seed=0):
 
 def test_defaults_are_the_configured_ones(defaults):
     assert defaults.reader["lapse"] == 0.05 and defaults.reader["half_life"] == 1000.0
-    assert cal.default_point(defaults) == {"lapse": 0.05, "n_actions": 3, "hint_rate": 0.8}
+    assert cal.default_point(defaults) == {"lapse": 0.05, "n_actions": 3, "hint_rate": 0.875}
     assert defaults.memory["oracle_reset"] == {"top_k": 8}
 
 
@@ -99,7 +99,7 @@ def test_selects_the_grid_point_closest_to_the_targets(defaults, monkeypatch):
         "hint_rate": 0.82,
     }
     assert result.winner["loss"] == min(r["loss"] for r in result.rows)
-    assert result.defaults["hint_rate"] == 0.8 and len(result.rows) == 3 * 3 * 4  # 0.8 added
+    assert result.defaults["hint_rate"] == 0.875 and len(result.rows) == 3 * 3 * 4  # the default added
     # Each setting runs only over its own knobs: drift 3 lapses x 3 A, preference 3 lapses x 4 hint
     # rates, two methods and two seeds each; nothing twice.
     assert len(calls) == len(set(calls)) == (9 + 9 + 12) * 2 * 2

@@ -1,6 +1,7 @@
 """The paper's phenomena on preference_stream at default settings (simulated reader, 4 seeds).
 
-Measured (10 seeds): TEPA-Full ~0.87, TEPA-Rev ~0.87, No Memory ~0.80, Append-Only ~0.71, LWW ~0.89.
+Measured (10 seeds): TEPA-Full ~0.886, TEPA-Rev ~0.887, No Memory ~0.842, Append-Only ~0.711, LWW ~0.903.
+TEPA-Full does not beat TEPA-Rev here (see the README's results notes), so no test claims it.
 """
 
 import pytest
@@ -16,14 +17,14 @@ def runs():
 
 def test_no_memory_scores_high_because_sessions_state_the_preference(runs):
     df, _ = runs
-    assert success(df)["no_memory"] > 0.75
+    assert success(df)["no_memory"] > 0.8
 
 
 def test_tepa_full_beats_append_only_and_no_memory(runs):
     df, _ = runs
     s = success(df)
     assert s["tepa_full"] > s["append_only"] + 0.1
-    assert s["tepa_full"] > s["no_memory"] + 0.03
+    assert s["tepa_full"] > s["no_memory"] + 0.02
 
 
 def test_tepa_full_trials_reject_glitch_candidates(runs):
