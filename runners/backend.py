@@ -28,13 +28,20 @@ class Reply:
     error: str | None = None
 
 
+class BackendExhausted(RuntimeError):
+    """The endpoint is presumed down (too many calls failed for good). The one exception `complete` may
+    raise: the runner stops the run cleanly, keeping the episodes logged so far, and a rerun of the same
+    command resumes it. The message says what failed, never a secret."""
+
+
 @runtime_checkable
 class Backend(Protocol):
     name: str
 
     async def complete(self, request: Request) -> Reply:
         """Answer one request. Transient failures are retried inside; a final failure is a Reply with
-        `error` set, never an exception, so the episode is logged and scored."""
+        `error` set, so the episode is logged and scored, until so many failed that the backend raises
+        BackendExhausted."""
 
     def stats(self) -> dict:
         """Counters for meta.json (calls, cache hits and misses, failures)."""

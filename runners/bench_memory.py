@@ -60,12 +60,32 @@ def make_stream(
             raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
     if not 0.0 <= p_correct <= 1.0:
         raise ValueError(f"p_correct must be in [0, 1], got {p_correct!r}")
+    enabled = gc.isenabled()
+    gc.disable()  # the stream is a million long-lived tuples: collecting while building them is waste
+    try:
+        return _build(n_observations, n_keys, n_values, n_phases, decide_every, p_correct, seed)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _build(
+    n_observations: int,
+    n_keys: int,
+    n_values: int,
+    n_phases: int,
+    decide_every: int,
+    p_correct: float,
+    seed: int,
+) -> OpStream:
     rng = random.Random(seed)
     values = tuple(f"v{i}" for i in range(n_values))
     first = tuple(rng.choice(values) for _ in range(n_keys))
     regimes = [first]
     for i in range(1, n_phases):
-        regimes.append(first if i == n_phases - 1 and n_phases > 2 else tuple(rng.choice(values) for _ in range(n_keys)))
+        regimes.append(
+            first if i == n_phases - 1 and n_phases > 2 else tuple(rng.choice(values) for _ in range(n_keys))
+        )
     texts = {(v, ok): f'action "{v}" {"worked" if ok else "failed"}' for v in values for ok in (True, False)}
     query_texts = tuple(f"key {k}: pick the value that works" for k in range(n_keys))
     bounds = [n_observations * i // n_phases for i in range(n_phases + 1)]

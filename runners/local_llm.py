@@ -2,7 +2,9 @@
 OpenAI-compatible server. Tiny and weak, but a real model behind a real endpoint: what the openai backend is
 integration-tested on, and a way to try the harness on a real LLM without a network.
 
-`python -m runners.local_llm [--port 8080]` serves it in the foreground (`make serve-llm`).
+`python -m runners.local_llm [--port 8080]` serves it in the foreground (`make serve-llm`);
+`python -m runners.local_llm --port 8080 -- COMMAND ...` serves it while COMMAND runs and exits with
+COMMAND's code, so one line runs an experiment on it (`make reproduce-llm`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -48,6 +51,18 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def port_in_use(port: int) -> bool:
+    """Whether something listens on the loopback port (SO_REUSEADDR as the server sets it, so that a
+    port a stopped server left in TIME_WAIT counts as free)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
 
 
 def require_local_llm() -> Path:
@@ -98,8 +113,14 @@ def local_llm_server(
     terminal."""
     if n_ctx < 512:
         raise ValueError(f"n_ctx: {n_ctx} is too small for prompts that carry memory (use >= 512)")
-    command = server_command(require_local_llm(), port or free_port(), n_ctx, n_threads)
-    base_url = f"http://127.0.0.1:{command[command.index('--port') + 1]}/v1"
+    port = port or free_port()
+    # Otherwise another server on the port would answer the readiness check for ours, which cannot bind.
+    if port_in_use(port):
+        raise RuntimeError(
+            f"port {port} is in use (a server already running there?): stop it or pick another"
+        )
+    command = server_command(require_local_llm(), port, n_ctx, n_threads)
+    base_url = f"http://127.0.0.1:{port}/v1"
     # OpenMP threads that spin while waiting make llama.cpp several times slower on a busy machine.
     env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
     with tempfile.TemporaryFile() as log:
@@ -126,23 +147,50 @@ def local_llm_server(
                 process.wait()
 
 
+def run_command(command: list[str]) -> int:
+    """Run `command` (the server is up) and return its exit code, 128 + N if signal N ended it (as a shell
+    reports it), 127 if it does not exist."""
+    try:
+        code = subprocess.run(command).returncode
+    except FileNotFoundError:
+        print(f"{command[0]}: command not found", file=sys.stderr)
+        return 127
+    return 128 - code if code < 0 else code
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command: list[str] | None = None
+    if "--" in argv:
+        split = argv.index("--")
+        argv, command = argv[:split], argv[split + 1 :]
     parser = argparse.ArgumentParser(
-        description="Serve SmolLM2-135M-Instruct on an OpenAI-compatible endpoint."
+        prog="python -m runners.local_llm",
+        usage="%(prog)s [-h] [--port PORT] [--n-ctx N] [--n-threads N] [-- COMMAND ...]",
+        description="Serve SmolLM2-135M-Instruct on an OpenAI-compatible endpoint: in the foreground, or "
+        "while COMMAND runs (then exit with COMMAND's code).",
     )
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--n-ctx", type=int, default=4096)
     parser.add_argument("--n-threads", type=int, default=None)
     args = parser.parse_args(argv)
+    if command == []:
+        parser.error("--: give the command to run after it")
     try:
-        with local_llm_server(args.port, args.n_ctx, args.n_threads, show_log=True) as base_url:
-            print(f"serving {MODEL_ALIAS} at {base_url} (model name {MODEL_ALIAS}); Ctrl-C stops", flush=True)
-            while True:
-                time.sleep(3600)
+        with local_llm_server(args.port, args.n_ctx, args.n_threads, show_log=command is None) as base_url:
+            served = f"serving {MODEL_ALIAS} at {base_url} (model name {MODEL_ALIAS})"
+            if command is not None:
+                print(f"{served}; running: {shlex.join(command)}", file=sys.stderr, flush=True)
+                code = run_command(command)
+            else:
+                print(f"{served}; Ctrl-C stops", flush=True)
+                while True:
+                    time.sleep(3600)
     except KeyboardInterrupt:
-        pass
-    except LocalLLMUnavailable as exc:
+        code = 130 if command is not None else 0
+    except (LocalLLMUnavailable, RuntimeError, ValueError) as exc:
         sys.exit(str(exc))
+    sys.exit(code)
 
 
 if __name__ == "__main__":

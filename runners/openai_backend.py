@@ -32,7 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import openai
 
-from runners.backend import Reply, Request
+from runners.backend import BackendExhausted, Reply, Request
 from runners.response_cache import ResponseCache, cache_key
 
 SCORINGS = ("text", "logprobs")
@@ -40,10 +40,6 @@ MAX_RETRY_AFTER = 120.0  # seconds; a longer Retry-After is treated as this long
 LOCAL_DUMMY_KEY = "sk-no-key-required"
 LABEL_INSTRUCTION = "Reply with the label of one option only: {labels}."
 _MAX_TOP_LOGPROBS = 20  # OpenAI's upper limit for top_logprobs
-
-
-class BackendExhausted(RuntimeError):
-    """Too many calls failed for good: stop the run cleanly (completed episodes are kept; rerun resumes)."""
 
 
 class _Transient(Exception):
@@ -228,6 +224,7 @@ class OpenAIBackend:
         self._counts: Counter[str] = Counter()
         self._faults: Counter[str] = Counter()
         self._retry_wait = 0.0
+        self._last_failure = ""  # redacted, for the BackendExhausted message
         self._runtime: tuple[asyncio.AbstractEventLoop, openai.AsyncOpenAI, asyncio.Semaphore] | None = None
 
     def __repr__(self) -> str:
@@ -299,9 +296,10 @@ class OpenAIBackend:
             text, prompt_tokens, completion_tokens = await self._answer(request)
         except _CallFailed as exc:
             self._counts["failed_calls"] += 1
+            self._last_failure = self._redact(str(exc))
             if self._counts["failed_calls"] >= self.max_failed_calls:
                 raise BackendExhausted(self._exhausted_message()) from None
-            return Reply("", latency=time.perf_counter() - start, error=self._redact(str(exc)))
+            return Reply("", latency=time.perf_counter() - start, error=self._last_failure)
         self._counts["prompt_tokens"] += prompt_tokens
         self._counts["completion_tokens"] += completion_tokens
         if key is not None:
@@ -348,6 +346,9 @@ class OpenAIBackend:
         for attempt in range(self.max_retries + 1):
             try:
                 async with limit:
+                    if self._counts["failed_calls"] >= self.max_failed_calls:
+                        # another stream's call exhausted the endpoint while this one waited its turn
+                        raise BackendExhausted(self._exhausted_message())
                     self._counts["requests"] += 1
                     raw = await client.chat.completions.with_raw_response.create(
                         model=self.model, messages=messages, **params
@@ -389,9 +390,11 @@ class OpenAIBackend:
         return re.sub(r"sk-[A-Za-z0-9_\-*.]{4,}", "sk-[redacted]", text)[:500]
 
     def _exhausted_message(self) -> str:
+        """One line: the endpoint, how many calls failed and why the last one did."""
+        last = " ".join(self._last_failure.split())[:200]
         return (
-            f"{self._counts['failed_calls']} calls to {_public_url(self.base_url)} failed for good "
-            f"(max_failed_calls={self.max_failed_calls}); stopping so the run can resume later"
+            f"endpoint {_public_url(self.base_url)} failed {self._counts['failed_calls']} calls "
+            f"(max_failed_calls={self.max_failed_calls}; the last: {last})"
         )
 
     def stats(self) -> dict:

@@ -51,7 +51,7 @@ def render(task: Task, evidence: Sequence[Evidence]) -> tuple[dict[str, str], ..
         lines.append(HINT_PREFIX + task.hint)
     if evidence:
         lines.append(f"Memory ({len(evidence)} entries, oldest first):")
-        lines.extend(evidence_line(e) for e in evidence)
+        lines.extend(map(evidence_line, evidence))
     else:
         lines.append(NO_MEMORY)
     if task.options:

@@ -26,9 +26,11 @@ from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import CompactHydraException
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from runners.backend import BackendExhausted
 from runners.config import ConfigError, RunSpec, validate
 from runners.loop import run_stream
 from runners.runlog import StaleRunError, StreamLog, fingerprint, stream_dir
@@ -47,6 +49,11 @@ OPERATIONAL = frozenset({
     "backoff_base", "backoff_max",
 })  # fmt: skip
 VERSIONED = ("tepa-harness", "hydra-core", "omegaconf", "numpy", "pandas", "pyarrow", "openai", "tqdm")
+
+
+class RunStopped(CompactHydraException):
+    """The backend gave up on its endpoint (BackendExhausted): the run stopped, its episodes so far are
+    logged, and rerunning the same command resumes it. Hydra prints it as one line and exits 1."""
 
 
 @dataclass(frozen=True)
@@ -121,7 +128,12 @@ async def run_spec(spec: RunSpec) -> RunSummary:
         aclose = getattr(backend, "aclose", None)
         if aclose is not None:
             await aclose()
-    failures = [r for r in results if isinstance(r, BaseException)]
+    # A bug in one stream outranks an endpoint that is down in all of them.
+    failures = sorted(
+        (r for r in results if isinstance(r, BaseException)), key=lambda r: isinstance(r, BackendExhausted)
+    )
+    if failures and isinstance(failures[0], BackendExhausted):
+        raise RunStopped(f"stopped: {failures[0]}; rerun the same command to resume") from None
     if failures:
         raise failures[0]
     outcomes.update(zip(pending, results, strict=True))
@@ -132,7 +144,7 @@ async def _run_one(
     spec: RunSpec, seed: int, env: Any, memory: Any, backend: Any, slog: StreamLog, bar: tqdm
 ) -> StreamOutcome:
     started, clock = datetime.now(UTC), time.perf_counter()
-    replay = slog.replay()
+    replay = _until_failed_call(slog.replay())
     slog.open(replay)
     labels = {"experiment": spec.name, "env": spec.env.label, "memory": spec.memory.label}
     try:
@@ -164,6 +176,15 @@ async def _run_one(
     return StreamOutcome(
         slog.dir, seed, skipped=False, episodes_run=len(result.records) - len(replay), replayed=len(replay)
     )
+
+
+def _until_failed_call(replay: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The logged episodes before the first whose model call failed: calls that failed as an endpoint
+    went down are asked again on resume, so the finished stream equals an uninterrupted run."""
+    for i, rec in enumerate(replay):
+        if rec.get("error"):
+            return replay[:i]
+    return replay
 
 
 def _stream_log(spec: RunSpec, seed: int) -> StreamLog:

@@ -60,7 +60,7 @@ class Archive:
                 "value": precedent.value,
                 "s": precedent.s,
                 "f": precedent.f,
-                "state": precedent.state.value,
+                "state": precedent.state._value_,  # the plain str (`.value` is a slow enum property)
             }
         )
 

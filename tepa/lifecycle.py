@@ -23,6 +23,7 @@ precedents of one key and builds strings only when a lifecycle event happens.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
 from collections.abc import Hashable
@@ -61,6 +62,13 @@ def _check_unit(name: str, value: Any) -> float:
     if not 0.0 <= x <= 1.0:
         raise ValueError(f"{name} must be in [0, 1], got {value!r}")
     return x
+
+
+@functools.lru_cache(maxsize=256)
+def _created_reason(source: str) -> str:
+    """Why a precedent was created (one string per evidence source, so built once per source)."""
+    origin = f" (source {source!r})" if source else ""
+    return f"first observation that it holds{origin}"
 
 
 class PrecedentMemory:
@@ -107,6 +115,8 @@ class PrecedentMemory:
         self._all: list[Precedent] = []
         self._active: dict[int, Precedent] = {}
         self._n_hypothesis = 0
+        self._reason_params: tuple | None = None
+        self._reason_texts: tuple[str, ...] = ()
 
     # --- the Memory protocol -------------------------------------------------------------------------
 
@@ -166,7 +176,8 @@ class PrecedentMemory:
             group = self._by_key.get(query.key)
             if not group:
                 return []
-            candidates = [p.evidence() for p in group.values() if p.state is _ACTIVE]
+            # p._evidence is the cached p.evidence(), rebuilt only after an update (the hot path)
+            candidates = [p._evidence or p.evidence() for p in group.values() if p.state is _ACTIVE]
         else:
             candidates = [p.evidence() for p in self._active.values()]
         return rank(candidates, query, self.top_k)
@@ -175,12 +186,13 @@ class PrecedentMemory:
         """Append the outcome to `recent` of each used precedent that is still active (one revoked since
         retrieval starts its new epoch clean), then check the recent-success revocation rule."""
         active = self._active
+        outcome = True if success else False  # as bool(success), without a call
         for ev in used:
             p = active.get(ev.ref)
             if p is None:
                 continue
             recent = p.recent
-            recent.append(bool(success))
+            recent.append(outcome)
             if self.revokes and len(recent) >= self.m_rec and sum(recent) / len(recent) < self.theta_rec:
                 self._revoke_by_recent(p, t)
 
@@ -232,12 +244,12 @@ class PrecedentMemory:
             updated_t=obs.t,
             text=obs.text,
             source=obs.source,
+            history=[],  # given, not left to the default factory: creation is on the hot path
         )
         self._all.append(p)
         group[obs.value] = p
         self._n_hypothesis += 1
-        origin = f" (source {obs.source!r})" if obs.source else ""
-        self.archive.log(p, obs.t, "created", f"first observation that it holds{origin}")
+        self.archive.log(p, obs.t, "created", _created_reason(obs.source))
         self._check_promotion(p, obs.t)
 
     def _check_promotion(self, p: Precedent, t: int) -> None:
@@ -249,10 +261,8 @@ class PrecedentMemory:
         verdict = self._admit(p, t)
         if verdict is None:
             return
-        reason = (
-            f"m_epoch=({self.a0:g}+{s})/({self.a0:g}+{self.b0:g}+{s}+{f})={m:.4f} > "
-            f"theta_pro={self.theta_pro:g}{verdict}"
-        )
+        prior, both, pro, _, _ = self._reasons()
+        reason = f"m_epoch=({prior}+{s})/({both}+{s}+{f})={m:.4f} > {pro}{verdict}"
         if p.state is _HYPOTHESIS:
             self._n_hypothesis -= 1
             p.state = _ACTIVE
@@ -272,24 +282,46 @@ class PrecedentMemory:
         TEPA-Rev promotes on the posterior alone."""
         return ""
 
+    def _reasons(self) -> tuple[str, ...]:
+        """The constant parts of the transition reasons: the prior "a0", "a0+b0" and the thresholds.
+        Formatted once per setting of the thresholds, because formatting a float with :g costs about a
+        microsecond and every lifecycle event needs several."""
+        params = (
+            self.a0,
+            self.b0,
+            self.n_min,
+            self.theta_rev,
+            self.theta_pro,
+            self.theta_rec,
+            self.m_rec,
+            self.W,
+        )
+        if params != self._reason_params:
+            self._reason_params = params
+            self._reason_texts = (
+                f"{self.a0:g}",
+                f"{self.a0:g}+{self.b0:g}",
+                f"theta_pro={self.theta_pro:g}",
+                f"theta_rev={self.theta_rev:g}",
+                f"theta_rec={self.theta_rec:g} (m_rec={self.m_rec}, W={self.W})",
+            )
+        return self._reason_texts
+
     def _revoke_by_posterior(self, p: Precedent, t: int) -> None:
         s, f = p.s_epoch, p.f_epoch
         m = (self.a0 + s) / (self.a0 + self.b0 + s + f)
+        prior, both, _, rev, _ = self._reasons()
         self._revoke(
             p,
             t,
             f"posterior: s_epoch+f_epoch={s}+{f} >= n_min={self.n_min} and "
-            f"m_epoch=({self.a0:g}+{s})/({self.a0:g}+{self.b0:g}+{s}+{f})={m:.4f} "
-            f"< theta_rev={self.theta_rev:g}",
+            f"m_epoch=({prior}+{s})/({both}+{s}+{f})={m:.4f} < {rev}",
         )
 
     def _revoke_by_recent(self, p: Precedent, t: int) -> None:
         n, ok = len(p.recent), sum(p.recent)
         self._revoke(
-            p,
-            t,
-            f"recent: {ok}/{n} of the last uses succeeded = {ok / n:.4f} < theta_rec={self.theta_rec:g} "
-            f"(m_rec={self.m_rec}, W={self.W})",
+            p, t, f"recent: {ok}/{n} of the last uses succeeded = {ok / n:.4f} < {self._reasons()[4]}"
         )
 
     def _revoke(self, p: Precedent, t: int, reason: str) -> None:

@@ -8,6 +8,7 @@ text and the evidence text, best `top_k` kept, then put back in chronological or
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import re
@@ -26,20 +27,31 @@ def tokenize(text: str) -> list[str]:
     return _TOKEN.findall(text.lower())
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _doc_terms(doc: str) -> tuple[int, tuple[str, ...], frozenset[str]]:
+    """A document's length in tokens, its tokens and its distinct tokens. Cached: text retrieval scores
+    the same stored evidence query after query, and tokenising it is most of BM25's cost."""
+    toks = tuple(tokenize(doc))
+    return len(toks), toks, frozenset(toks)
+
+
 def bm25_scores(query: str, docs: list[str], k1: float = 1.5, b: float = 0.75) -> list[float]:
     """Okapi BM25 score of each document for the query (idf with the usual +1 smoothing)."""
     q_terms = set(tokenize(query))
     if not docs or not q_terms:
         return [0.0] * len(docs)
-    toks = [tokenize(d) for d in docs]
+    terms = [_doc_terms(d) for d in docs]
     n = len(docs)
-    avgdl = sum(len(t) for t in toks) / n or 1.0
-    df = Counter(term for t in toks for term in set(t) if term in q_terms)
+    avgdl = sum(length for length, _, _ in terms) / n or 1.0
+    df = Counter(term for _, _, distinct in terms for term in distinct & q_terms)
     idf = {term: math.log(1.0 + (n - df[term] + 0.5) / (df[term] + 0.5)) for term in q_terms}
     scores = []
-    for t in toks:
-        tf = Counter(w for w in t if w in q_terms)
-        norm = k1 * (1.0 - b + b * len(t) / avgdl)
+    for length, toks, distinct in terms:
+        if distinct.isdisjoint(q_terms):
+            scores.append(0)  # what the sum below gives for a document without a query term
+            continue
+        tf = Counter(w for w in toks if w in q_terms)
+        norm = k1 * (1.0 - b + b * length / avgdl)
         scores.append(sum(idf[w] * c * (k1 + 1.0) / (c + norm) for w, c in tf.items()))
     return scores
 
@@ -49,9 +61,12 @@ def rank(candidates: Iterable[Evidence], query: Query, top_k: int = DEFAULT_TOP_
 
     Callers may pre-filter `candidates` to the query's key for speed; the result is the same.
     """
-    if query.key is not None:
-        key = query.key
-        return sorted([e for e in candidates if e.key == key], key=_chronological)
+    key = query.key
+    if key is not None:
+        found = [e for e in candidates if e.key == key]
+        if len(found) > 1:  # the hot path mostly sees 0 or 1 items: skip the sort call then
+            found.sort(key=_chronological)
+        return found
     items = list(candidates)
     if not items or top_k <= 0:
         return []

@@ -1,0 +1,215 @@
+"""The benchmark code at tiny sizes: what it feeds the memories, how it computes ratios and slopes, the
+structure of its JSON and report. No timing is asserted (these machines are shared and noisy)."""
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from runners import bench, bench_agent, bench_memory
+from runners.registry import build_memory
+from tepa.evidence import Evidence
+from tepa.tepa_full import TEPAFull
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = os.environ.get("TEPA_DATA_DIR") or str(ROOT.parent / "shared" / "data")
+
+
+class Counting:
+    """A memory that records every protocol call."""
+
+    name = "counting"
+
+    def __init__(self):
+        self.calls = {"observe": 0, "retrieve": 0, "feedback": 0, "boundary": 0}
+        self.used = []
+
+    def observe(self, obs):
+        self.calls["observe"] += 1
+
+    def retrieve(self, query):
+        self.calls["retrieve"] += 1
+        return [Evidence(query.key, "v0", True, query.t), Evidence(query.key, "v1", True, query.t)]
+
+    def feedback(self, used, success, t):
+        self.calls["feedback"] += 1
+        self.used.append(used)
+
+    def on_phase_boundary(self, phase, t):
+        self.calls["boundary"] += 1
+
+    def snapshot(self):
+        return {}
+
+
+def test_the_stream_is_deterministic_and_counts_its_events():
+    a = bench_memory.make_stream(n_observations=403, n_keys=7, n_phases=4, decide_every=3, seed=5)
+    b = bench_memory.make_stream(n_observations=403, n_keys=7, n_phases=4, decide_every=3, seed=5)
+    assert a == b
+    assert a != bench_memory.make_stream(n_observations=403, n_keys=7, n_phases=4, decide_every=3, seed=6)
+    steps = [s for phase in a.phases for s in phase]
+    assert len(steps) == a.n_observations == 403 and len(a.phases) == 4
+    assert a.n_decisions == sum(q is not None for _, q in steps) == len(range(0, 403, 3))
+    assert a.n_events == 403 + 2 * a.n_decisions
+    assert a.regimes[-1] == a.regimes[0]  # the last phase returns to the first regime
+    for i, phase in enumerate(a.phases):
+        for obs, query in phase:
+            assert obs.holds == (obs.value == a.regimes[i][obs.key])
+            assert query is None or (query.key == obs.key and query.t == obs.t)
+
+
+@pytest.mark.parametrize(
+    "param, value",
+    [("n_observations", 0), ("n_keys", 0), ("n_values", 1), ("decide_every", 0), ("n_phases", True)],
+)
+def test_bad_stream_parameters_are_named(param, value):
+    with pytest.raises(ValueError, match=param):
+        bench_memory.make_stream(**{param: value})
+    with pytest.raises(ValueError, match="p_correct"):
+        bench_memory.make_stream(p_correct=1.5)
+
+
+def test_every_event_of_the_stream_goes_through_the_protocol():
+    stream = bench_memory.make_stream(n_observations=100, n_keys=5, n_phases=3, decide_every=2)
+    memory = Counting()
+    seconds = bench_memory.run_stream_ops(memory, stream)
+    assert seconds >= 0
+    assert memory.calls == {"observe": 100, "retrieve": 50, "feedback": 50, "boundary": 2}
+    # feedback gets the retrieved evidence whose value was acted on, as in the agent loop
+    decisions = [obs for phase in stream.phases for obs, q in phase if q is not None]
+    assert [[e.value for e in used] for used in memory.used] == [
+        [obs.value] if obs.value in ("v0", "v1") else [] for obs in decisions
+    ]
+
+
+def test_tepa_full_gets_trials_from_the_stream():
+    stream = bench_memory.make_stream(n_observations=300, n_keys=4, n_phases=4)
+    memory = build_memory("tepa_full")
+    assert isinstance(memory, TEPAFull)
+    bench_memory.run_stream_ops(memory, stream)
+    snap = memory.snapshot()
+    assert snap["trials"] > 0 and snap["promotions"] > 0
+
+
+def test_ratios_are_taken_within_each_repetition(monkeypatch):
+    stream = bench_memory.make_stream(n_observations=10, n_keys=2)
+    times = {"lww": iter([1.0, 2.0, 4.0]), "slow": iter([3.0, 4.0, 20.0])}
+    monkeypatch.setattr(bench_memory, "run_stream_ops", lambda memory, s: next(times[memory]))
+    out = bench_memory.measure({"lww": lambda: "lww", "slow": lambda: "slow"}, stream, repeats=3)
+    assert out["lww"]["time_vs_lww"] == 1.0
+    assert out["slow"]["time_vs_lww"] == 3.0  # median of 3/1, 4/2, 20/4
+    assert out["slow"]["seconds"] == [3.0, 4.0, 20.0]
+    assert out["slow"]["events_per_s"] == pytest.approx(stream.n_events / 4.0)
+    with pytest.raises(ValueError, match="reference"):
+        bench_memory.measure({"slow": lambda: "slow"}, stream, repeats=1)
+
+
+def test_median_and_loglog_slope():
+    assert bench_memory.median([3.0, 1.0, 2.0]) == 2.0
+    assert bench_memory.median([4.0, 1.0, 2.0, 3.0]) == 2.5
+    assert bench_agent.loglog_slope([1, 10, 100], [5, 5, 5]) == 0.0
+    assert bench_agent.loglog_slope([1, 10, 100], [2, 20, 200]) == pytest.approx(1.0)
+    assert bench_agent.loglog_slope([1, 10, 100], [1, 100, 10_000]) == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        bench_agent.loglog_slope([1], [1])
+
+
+def test_prompt_footprint_counts_tokens_per_decision():
+    out = bench_agent.prompt_footprint(["lww", "append_only"], episodes=40, tail=10)
+    assert set(out) == {"lww", "append_only"}
+    for m in out.values():
+        assert m["mean_prompt_tokens"] > 0 and m["final_prompt_tokens"] > 0
+    # Append-Only's prompt grows with the stream, LWW's keeps one line per key
+    assert out["append_only"]["final_prompt_tokens"] > out["append_only"]["mean_prompt_tokens"]
+    assert out["append_only"]["mean_prompt_tokens"] > out["lww"]["mean_prompt_tokens"]
+    with pytest.raises(ValueError, match="episodes"):
+        bench_agent.prompt_footprint(["lww"], episodes=10)
+
+
+def test_end_to_end_reports_each_environment_or_why_it_was_skipped(tmp_path):
+    out = bench_agent.end_to_end(
+        {"controlled_drift": ("lww", "tepa_rev"), "no_such_env": ("lww",)},
+        repeats=2,
+        overrides={"controlled_drift": ("env.phase_length=3",)},
+        scratch=tmp_path,
+    )
+    cd = out["controlled_drift"]
+    assert set(cd["methods"]) == {"lww", "tepa_rev"}
+    for m in cd["methods"].values():
+        assert m["episodes"] == 12 and len(m["seconds"]) == 2 and m["episodes_per_s"] > 0
+    assert cd["episodes_per_s"] > 0
+    assert "no_such_env" in out["no_such_env"]["skipped"]
+    assert list(tmp_path.iterdir()) == []  # scratch results are removed
+
+
+def test_scaling_reports_costs_and_slopes_per_method():
+    out = bench_agent.scaling(["lww", "append_only"], base=8, factors=(1, 10), window=3, repeats=1)
+    assert out["sizes"] == [8, 80] and out["window"] == 3
+    ao, lww = out["methods"]["append_only"], out["methods"]["lww"]
+    for m in (ao, lww):
+        assert len(m["us_per_episode"]) == len(m["prompt_tokens"]) == 2
+        assert all(x > 0 for x in m["us_per_episode"])
+        assert math.isfinite(m["slope_time"]) and math.isfinite(m["slope_tokens"])
+    assert ao["prompt_tokens"][1] > ao["prompt_tokens"][0]  # 10x the history in the prompt
+    assert ao["slope_tokens"] > lww["slope_tokens"]
+    with pytest.raises(ValueError, match="window"):
+        bench_agent.scaling(["lww"], window=1)
+
+
+def test_reproduce_runs_what_the_makefile_runs():
+    recipe = (ROOT / "Makefile").read_text().split("\nreproduce:")[1].split("\n\n")[0]
+    assert tuple(re.findall(r"\$\(RUN\) experiment=(\S+)", recipe)) == bench.REPRODUCE_EXPERIMENTS
+    steps = bench.reproduce_commands("/somewhere")
+    assert [name for name, _ in steps] == [*bench.REPRODUCE_EXPERIMENTS, "analysis"]
+    for _, cmd in steps[:-1]:
+        assert cmd[1:5] == ["-m", "runners.run", "-m", "hydra/launcher=joblib"]
+        assert "results_dir=/somewhere" in cmd
+    assert steps[-1][1][1:] == [
+        "-m",
+        "analysis",
+        "--runs",
+        "/somewhere/runs",
+        "--out",
+        "/somewhere",
+        "--quiet",
+    ]
+
+
+def test_quick_run_writes_the_json_and_the_report(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEPA_DATA_DIR", DATA)
+    out = tmp_path / "r" / "bench.json"
+    assert bench.main(["--quick", "--skip-reproduce", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert set(report) == {
+        "meta",
+        "memory_ops",
+        "prompt_footprint",
+        "end_to_end",
+        "scaling",
+        "reproduce",
+        "targets",
+    }
+    assert set(report["memory_ops"]["methods"]) == set(bench_agent.PAPER_MEMORIES)
+    assert report["memory_ops"]["methods"]["lww"]["time_vs_lww"] == 1.0
+    assert set(report["end_to_end"]) == set(bench.E2E_ENVS)
+    assert report["reproduce"] == {"skipped": "--skip-reproduce"}
+    targets = {t["figure"]: t for t in report["targets"]}
+    tokens = report["prompt_footprint"]["methods"]
+    ratio = targets["prompt tokens: TEPA-Rev / LWW"]
+    assert ratio["value"] == tokens["tepa_rev"]["mean_prompt_tokens"] / tokens["lww"]["mean_prompt_tokens"]
+    assert ratio["met"] == (ratio["value"] <= 1.2)
+    assert targets["make reproduce: wall seconds"]["met"] is None
+    md = (tmp_path / "r" / "bench.md").read_text()
+    for figure in targets:
+        assert f"| {figure} |" in md
+    assert "| memoryagentbench |" in md and "not timed" in md
+
+
+@pytest.mark.parametrize("argv", [["--repeats", "0"], ["--episodes", "30"], ["--scaling-window", "1"]])
+def test_bad_arguments_stop_with_the_option_named(argv, capsys):
+    with pytest.raises(SystemExit):
+        bench.parse_args(argv)
+    assert argv[0] in capsys.readouterr().err
