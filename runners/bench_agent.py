@@ -187,7 +187,7 @@ def scaling(
     memories: Sequence[str] = PAPER_MEMORIES,
     base: int = 1000,
     factors: Sequence[int] = (1, 10, 100),
-    window: int = 50,
+    window: int = 30,
     repeats: int = 3,
     seed: int = 0,
 ) -> dict[str, Any]:
@@ -198,15 +198,16 @@ def scaling(
     if window < 2:
         raise ValueError(f"window must be >= 2 (the time between the first and last episode), got {window!r}")
     sizes = [base * f for f in factors]
-    out: dict[str, Any] = {"sizes": sizes, "window": window, "methods": {}}
-    for memory in memories:
-        seconds, tokens = [], []
-        for size in sizes:
-            length = math.ceil((size + window) / 4)
-            spec = make_spec("env=controlled_drift", f"env.phase_length={length}", f"memory={memory}")
+    seconds: dict[str, list[float]] = {}
+    tokens: dict[str, list[float]] = {}
+    for size in sizes:
+        phase_length = math.ceil((size + window) / 4)
+        spec = make_spec("env=controlled_drift", f"env.phase_length={phase_length}")
+        env = _Replayed(spec.env.build(), size, window, seed=seed)  # one history for every method
+        for memory in memories:
+            spec = make_spec("env=controlled_drift", f"env.phase_length={phase_length}", f"memory={memory}")
             per_rep, tok = [], 0.0
             for _ in range(repeats):
-                env = _Replayed(spec.env.build(), size, window, seed=seed)
                 stamps: list[float] = []
                 records = asyncio.run(
                     run_stream(
@@ -220,15 +221,18 @@ def scaling(
                 ).records
                 per_rep.append((stamps[-1] - stamps[0]) / (len(stamps) - 1))
                 tok = sum(r["prompt_tokens"] for r in records) / len(records)
-            seconds.append(median(per_rep))
-            tokens.append(tok)
-        out["methods"][spec.memory.label] = {
-            "us_per_episode": [s * 1e6 for s in seconds],
-            "prompt_tokens": tokens,
-            "slope_time": loglog_slope(sizes, seconds),
-            "slope_tokens": loglog_slope(sizes, tokens),
+            seconds.setdefault(spec.memory.label, []).append(median(per_rep))
+            tokens.setdefault(spec.memory.label, []).append(tok)
+    methods = {
+        label: {
+            "us_per_episode": [s * 1e6 for s in secs],
+            "prompt_tokens": tokens[label],
+            "slope_time": loglog_slope(sizes, secs),
+            "slope_tokens": loglog_slope(sizes, tokens[label]),
         }
-    return out
+        for label, secs in seconds.items()
+    }
+    return {"sizes": sizes, "window": window, "methods": methods}
 
 
 def loglog_slope(xs: Sequence[float], ys: Sequence[float]) -> float:

@@ -88,13 +88,14 @@ def _build(
         )
     texts = {(v, ok): f'action "{v}" {"worked" if ok else "failed"}' for v in values for ok in (True, False)}
     query_texts = tuple(f"key {k}: pick the value that works" for k in range(n_keys))
+    keys = tuple(range(n_keys))  # one object per key, as an environment's fixed set of keys
     bounds = [n_observations * i // n_phases for i in range(n_phases + 1)]
     phases = []
     n_decisions = 0
     for i, regime in enumerate(regimes):
         steps = []
         for t in range(bounds[i], bounds[i + 1]):
-            key = rng.randrange(n_keys)
+            key = keys[rng.randrange(n_keys)]
             current = regime[key]
             value = current if rng.random() < p_correct else rng.choice(values)
             ok = value == current

@@ -12,6 +12,8 @@ from typing import Any
 
 from tepa.precedent import LifecycleEvent, Precedent
 
+_new_event = tuple.__new__  # a LifecycleEvent from its full field tuple, without NamedTuple's slower __new__
+
 
 class Archive:
     """Revoked precedents plus the not-yet-drained event log of one memory."""
@@ -49,14 +51,14 @@ class Archive:
 
     def log(self, precedent: Precedent, t: int, event: str, reason: str) -> None:
         """Record a lifecycle event in the precedent's history and in the flat log (state after it)."""
-        precedent.history.append(LifecycleEvent(t, event, reason))
+        precedent.history.append(_new_event(LifecycleEvent, (t, event, reason)))
         self._events.append(
             {
                 "t": t,
                 "event": event,
                 "reason": reason,
                 "id": precedent.id,
-                "key": str(precedent.key),
+                "key": precedent.key_text(),
                 "value": precedent.value,
                 "s": precedent.s,
                 "f": precedent.f,

@@ -238,7 +238,7 @@ class PrecedentMemory:
             key=obs.key,
             value=obs.value,
             created_t=obs.t,
-            recent=deque(maxlen=self.W),
+            recent=deque((), self.W),  # positional: half the cost of maxlen=
             s=1,
             s_epoch=1,
             updated_t=obs.t,

@@ -59,6 +59,7 @@ class Precedent:
     trial_rounds: int = 0
     history: list[LifecycleEvent] = field(default_factory=list, repr=False)
     _evidence: Evidence | None = field(default=None, repr=False)
+    _key_text: str | None = field(default=None, repr=False)
 
     def posterior_mean(self, a0: float, b0: float) -> float:
         """Lifetime validity posterior mean, (a0 + s) / (a0 + b0 + s + f)."""
@@ -78,11 +79,18 @@ class Precedent:
             )
         return ev
 
+    def key_text(self) -> str:
+        """`str(key)`, computed once: every lifecycle event logs it, and a tuple key's str is slow."""
+        text = self._key_text
+        if text is None:
+            text = self._key_text = str(self.key)
+        return text
+
     def record(self) -> dict[str, Any]:
         """A JSON-ready audit record: counts, state and the full history."""
         return {
             "id": self.id,
-            "key": str(self.key),
+            "key": self.key_text(),
             "value": self.value,
             "state": self.state.value,
             "s": self.s,
