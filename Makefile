@@ -7,7 +7,7 @@ RUN    := $(BIN)/python -m runners.run -m hydra/launcher=joblib
 # MemoryAgentBench data: a folder with memoryagentbench/ and mquake/ (see README); empty = download.
 export TEPA_DATA_DIR ?=
 
-.PHONY: test reproduce figures calibrate serve-llm test-llm reproduce-llm
+.PHONY: test reproduce figures calibrate bench serve-llm test-llm reproduce-llm
 
 # (Re)install when the venv is missing or pyproject.toml changed.
 $(STAMP): pyproject.toml
@@ -31,6 +31,12 @@ reproduce: $(STAMP)
 # Tables, figures and results/README.md from the logs already in results/runs (no experiment is rerun).
 figures: $(STAMP)
 	$(BIN)/python -m analysis --runs results/runs --out results
+
+# Benchmarks (memory-operation throughput, prompt footprint, end to end, scaling, make reproduce's wall
+# time) into results/bench.json and results/bench.md, then results/README.md picks up the table.
+bench: $(STAMP)
+	$(BIN)/python -m runners.bench --out results/bench.json
+	@if [ -d results/runs ]; then $(MAKE) figures; else echo "results/runs is empty: run make reproduce for the report"; fi
 
 # Calibrate the simulated reader on No Memory and Oracle Reset, and the sensitivity of the results to it.
 calibrate: $(STAMP)

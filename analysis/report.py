@@ -86,7 +86,25 @@ def render_report(
     for figure in figures:
         relative = figure.path.relative_to(root).as_posix()
         parts += [f"### {figure.title}\n", f"![{figure.title}]({relative})\n"]
-    return "\n".join(parts)
+    return "\n".join(parts + _companions(root))
+
+
+def _companions(root: Path) -> list[str]:
+    """Reports written by other commands into the same folder: the benchmark table (`make bench`)
+    verbatim, and links to the reader's calibration and sensitivity analysis (`make calibrate`)."""
+    parts = []
+    links = [f"[{name}]({name})" for name in ("calibration.md", "sensitivity.md") if (root / name).is_file()]
+    if links:
+        parts += [
+            "## The simulated reader: calibration and sensitivity\n",
+            "How the reader's parameters were calibrated, and which results change when they move: "
+            + ", ".join(links)
+            + ".\n",
+        ]
+    bench = root / "bench.md"
+    if bench.is_file():
+        parts.append(bench.read_text(encoding="utf-8"))
+    return parts
 
 
 def write_report(
