@@ -43,6 +43,7 @@ E2E_ENVS = {
     "executable_drift": ("no_memory", "append_only", "lww", "tepa_rev", "tepa_full"),
     "memoryagentbench": bench_agent.MAB_MEMORIES,
 }
+GUARDS = {"paper_memoryagentbench": [sys.executable, "-m", "envs.mab_data"]}  # the Makefile's data check
 # --quick: environments shrunk to a few dozen episodes (memoryagentbench's smallest source is kept).
 QUICK_ENV_OVERRIDES = {
     "controlled_drift": ("env.phase_length=10",),
@@ -170,42 +171,36 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = lambda msg: None)
     return report
 
 
-def reproduce_commands(results_dir: str) -> list[tuple[str, list[str]]]:
-    """The Makefile's `reproduce` recipe, step by step, with this interpreter and another results_dir."""
-    run_cmd = [
-        sys.executable,
-        "-m",
-        "runners.run",
-        "-m",
-        "hydra/launcher=joblib",
-        f"results_dir={results_dir}",
+def reproduce_commands(results_dir: str) -> list[tuple[str, list[str] | None, list[str]]]:
+    """The Makefile's `reproduce` recipe, step by step, with this interpreter and another results_dir:
+    (name, guard, command); a step runs only if its guard (when it has one) exits 0, as the Makefile
+    runs MemoryAgentBench only when `python -m envs.mab_data` finds its data."""
+    python = sys.executable
+    run_cmd = [python, "-m", "runners.run", "-m", "hydra/launcher=joblib", f"results_dir={results_dir}"]
+    steps: list[tuple[str, list[str] | None, list[str]]] = [
+        (e, GUARDS.get(e), [*run_cmd, f"experiment={e}"]) for e in REPRODUCE_EXPERIMENTS
     ]
-    steps = [(e, [*run_cmd, f"experiment={e}"]) for e in REPRODUCE_EXPERIMENTS]
-    analysis = [
-        sys.executable,
-        "-m",
-        "analysis",
-        "--runs",
-        f"{results_dir}/runs",
-        "--out",
-        results_dir,
-        "--quiet",
-    ]
-    return [*steps, ("analysis", analysis)]
+    analysis = [python, "-m", "analysis", "--runs", f"{results_dir}/runs", "--out", results_dir, "--quiet"]
+    return [*steps, ("analysis", None, analysis)]
 
 
 def time_reproduce() -> dict[str, Any]:
-    """Wall time of each step of `make reproduce` and in total; a failed step is reported, not raised."""
+    """Wall time of each step of `make reproduce` and in total (a guard's time counts in its step); a
+    step whose guard fails is listed as skipped, a failed step is reported, not raised."""
     steps: dict[str, float] = {}
+    skipped: list[str] = []
     with tempfile.TemporaryDirectory(prefix="tepa-bench-reproduce-") as tmp:
-        for name, cmd in reproduce_commands(tmp):
+        for name, guard, cmd in reproduce_commands(tmp):
             start = time.perf_counter()
+            if guard is not None and subprocess.run(guard, cwd=PROJECT_ROOT, capture_output=True).returncode:
+                skipped.append(name)
+                continue
             done = subprocess.run(cmd, cwd=PROJECT_ROOT, capture_output=True, text=True)
             steps[name] = round(time.perf_counter() - start, 1)
             if done.returncode:
                 tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
                 return {"steps_s": steps, "failed": f"{name}: exit {done.returncode}: {' / '.join(tail)}"}
-    return {"steps_s": steps, "wall_s": round(sum(steps.values()), 1)}
+    return {"steps_s": steps, "skipped_steps": skipped, "wall_s": round(sum(steps.values()), 1)}
 
 
 def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -315,7 +310,10 @@ def render_markdown(report: dict[str, Any]) -> str:
     else:
         steps = ", ".join(f"{k} {v:g} s" for k, v in rep["steps_s"].items())
         total = f"{rep['wall_s']:g} s" if "wall_s" in rep else f"failed ({rep['failed']})"
-        out += ["", f"`make reproduce` wall time: {total} ({steps})."]
+        skipped = "".join(
+            f"; {name} skipped (its data check failed)" for name in rep.get("skipped_steps", ())
+        )
+        out += ["", f"`make reproduce` wall time: {total} ({steps}{skipped})."]
 
     sc = report["scaling"]
     sizes = sc["sizes"]

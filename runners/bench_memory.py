@@ -1,12 +1,13 @@
 """Benchmark 1: raw memory-operation throughput through the `Memory` protocol.
 
 One synthetic stream, identical for every method, of observations over many keys whose current value
-drifts: phases of equal length, each drawing a fresh regime (key -> current value) except the last,
-which returns to the first regime (so TEPA's re-promotion path is exercised too). Each observation is an
-action on a random key, the current value with probability `p_correct`, otherwise a random value, and
-holds iff it was the current value. Every `decide_every`-th observation is a decision, as in the agent
-loop: `retrieve` by key first, then `observe` the outcome, then `feedback` with the retrieved evidence
-whose value was acted on. An event is one protocol call (observe, retrieve or feedback).
+drifts: phases of equal length, each drawing a fresh regime (key -> current value) except the last of
+three or more, which returns to the first regime (so TEPA's re-promotion path is exercised too). Each
+observation is an action on a random key, the current value with probability `p_correct`, otherwise a
+random value, and holds iff it was the current value. Every `decide_every`-th observation is a
+decision, as in the agent loop: `retrieve` by key first, then `observe` the outcome, then `feedback`
+with the retrieved evidence whose value was acted on. An event is one protocol call (observe, retrieve
+or feedback). Keys are drawn from one fixed set of key objects, as an environment's are.
 
 The stream is built once and frozen out of the garbage collector's view (`gc.freeze`), so a method's
 timing includes its own allocations and collections but not the stream's.
@@ -88,7 +89,7 @@ def _build(
         )
     texts = {(v, ok): f'action "{v}" {"worked" if ok else "failed"}' for v in values for ok in (True, False)}
     query_texts = tuple(f"key {k}: pick the value that works" for k in range(n_keys))
-    keys = tuple(range(n_keys))  # one object per key, as an environment's fixed set of keys
+    keys = tuple(range(n_keys))
     bounds = [n_observations * i // n_phases for i in range(n_phases + 1)]
     phases = []
     n_decisions = 0

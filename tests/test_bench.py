@@ -5,6 +5,7 @@ import json
 import math
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -161,21 +162,32 @@ def test_scaling_reports_costs_and_slopes_per_method():
 
 def test_reproduce_runs_what_the_makefile_runs():
     recipe = (ROOT / "Makefile").read_text().split("\nreproduce:")[1].split("\n\n")[0]
-    assert tuple(re.findall(r"\$\(RUN\) experiment=(\S+)", recipe)) == bench.REPRODUCE_EXPERIMENTS
+    assert tuple(re.findall(r"\$\(RUN\) experiment=(\w+)", recipe)) == bench.REPRODUCE_EXPERIMENTS
     steps = bench.reproduce_commands("/somewhere")
-    assert [name for name, _ in steps] == [*bench.REPRODUCE_EXPERIMENTS, "analysis"]
-    for _, cmd in steps[:-1]:
+    assert [name for name, _, _ in steps] == [*bench.REPRODUCE_EXPERIMENTS, "analysis"]
+    for name, guard, cmd in steps[:-1]:
         assert cmd[1:5] == ["-m", "runners.run", "-m", "hydra/launcher=joblib"]
-        assert "results_dir=/somewhere" in cmd
-    assert steps[-1][1][1:] == [
-        "-m",
-        "analysis",
-        "--runs",
-        "/somewhere/runs",
-        "--out",
-        "/somewhere",
-        "--quiet",
+        assert "results_dir=/somewhere" in cmd and f"experiment={name}" in cmd
+        if guard is not None:  # the Makefile runs this experiment only when the guard passes
+            assert f"python -m {guard[2]}; then $(RUN) experiment={name}" in recipe
+    analysis = ["-m", "analysis", "--runs", "/somewhere/runs", "--out", "/somewhere", "--quiet"]
+    assert steps[-1][2][1:] == analysis
+
+
+def test_reproduce_timing_skips_guarded_steps_and_reports_a_failure(monkeypatch):
+    py = sys.executable
+    steps = [
+        ("ok", None, [py, "-c", "pass"]),
+        ("guarded", [py, "-c", "raise SystemExit(1)"], [py, "-c", "raise SystemExit('never run')"]),
+        ("also_ok", [py, "-c", "pass"], [py, "-c", "pass"]),
     ]
+    monkeypatch.setattr(bench, "reproduce_commands", lambda results_dir: steps)
+    out = bench.time_reproduce()
+    assert set(out["steps_s"]) == {"ok", "also_ok"} and out["skipped_steps"] == ["guarded"]
+    assert out["wall_s"] == pytest.approx(sum(out["steps_s"].values()))
+    steps.append(("broken", None, [py, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"]))
+    out = bench.time_reproduce()
+    assert "wall_s" not in out and out["failed"] == "broken: exit 3: boom"
 
 
 def test_quick_run_writes_the_json_and_the_report(tmp_path, monkeypatch):
