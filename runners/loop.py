@@ -131,7 +131,9 @@ async def run_stream(
         async def ask(t: Task, evidence: list[Evidence], logged: Iterator[Reply] | None = logged) -> Reply:
             if logged is not None:
                 return next(logged)
-            return await backend.complete(Request(messages=render(t, evidence), seed=seed, labels=labels_for(t)))
+            return await backend.complete(
+                Request(messages=render(t, evidence), seed=seed, labels=labels_for(t))
+            )
 
         d = await _decide(task, memory, ask)
         outcome = env.execute(task, d.action)

@@ -9,8 +9,9 @@ A stream directory `results/runs/<experiment>/<env>/<memory>/seed=<n>/` holds, o
 
 While a stream runs, each episode is appended (and flushed) to `episodes.partial.jsonl`, whose first
 line is the stream's config fingerprint. Lifecycle events are not logged as they happen: a resumed
-stream rebuilds them exactly by replay, and writing them twice doubled the cost of fact-heavy streams. A killed stream resumes by replaying the partial
-records (see `runners.loop.run_stream`), so its final files equal those of an uninterrupted run.
+stream rebuilds them exactly by replay, and writing them twice doubled the cost of fact-heavy streams.
+A killed stream resumes by replaying the partial records (see `runners.loop.run_stream`), so its final
+files equal those of an uninterrupted run.
 Every final file is written atomically (a temporary file, then `os.replace`).
 """
 

@@ -19,8 +19,8 @@ probability `lapse` a uniformly random one, otherwise the best-scoring one (ties
 without evidence.
 
 Randomness comes from a splitmix64 generator seeded by blake2b(seed, prompt text), so the reply is a
-function of the prompt and the seed alone. The parameters are global: calibrated once for all methods and settings
-(see conf/llm/simulated.yaml), never per method.
+function of the prompt and the seed alone. The parameters are global: calibrated once for all methods and
+settings (`python -m runners.calibrate`, see conf/llm/simulated.yaml), never per method.
 """
 
 from __future__ import annotations

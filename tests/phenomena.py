@@ -19,7 +19,9 @@ def run_methods(make_env: Callable[[], Environment], seeds: range, methods: list
     for m in methods or memory_names():
         for s in seeds:
             env = make_env()
-            res = asyncio.run(run_stream(env, build_memory(m), SimulatedBackend(), seed=s, labels={"memory": m}))
+            res = asyncio.run(
+                run_stream(env, build_memory(m), SimulatedBackend(), seed=s, labels={"memory": m})
+            )
             getattr(env, "close", lambda: None)()
             rows += res.records
             events += [{**e, "memory": m, "seed": s} for e in res.events]

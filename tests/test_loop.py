@@ -91,7 +91,10 @@ class TwoHops:
         pass
 
     def tasks(self) -> Iterator[Task]:
-        facts = (Observation(("a", "r1"), "b", True, 0, "a r1 b"), Observation(("b", "r2"), "c", True, 1, "b r2 c"))
+        facts = (
+            Observation(("a", "r1"), "b", True, 0, "a r1 b"),
+            Observation(("b", "r2"), "c", True, 1, "b r2 c"),
+        )
         yield Task(key=None, text="facts", phase="ingest", t=0, observe=facts, decide=False)
         yield Task(
             key=None,

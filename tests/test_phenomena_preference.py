@@ -5,9 +5,9 @@ TEPA-Full does not beat TEPA-Rev here (see the README's results notes), so no te
 """
 
 import pytest
+from phenomena import run_methods, success
 
 from envs.preference_stream import PreferenceStream
-from phenomena import run_methods, success
 
 
 @pytest.fixture(scope="module")
