@@ -13,15 +13,14 @@ a model's position bias cannot stand in for knowledge. The stream never depends 
 
 from __future__ import annotations
 
-import operator
 import random
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from numbers import Real
 from typing import Any
 
 from envs.base import TRIAL_KINDS, Outcome, Task
+from envs.checks import fraction, int_in
 from tepa.evidence import Observation
 
 ACTION_NAMES = (
@@ -79,10 +78,10 @@ class ControlledDrift:
         phases: Sequence[DriftPhase | Mapping[str, Any] | Sequence[Any]] | None = None,
         partial_fraction: float = 0.5,
     ) -> None:
-        self.n_keys = _int_in("n_keys", n_keys, 1)
-        self.n_actions = _int_in("n_actions", n_actions, 2, len(ACTION_NAMES))
-        self.phase_length = _int_in("phase_length", phase_length, 1)
-        self.partial_fraction = _fraction("partial_fraction", partial_fraction)
+        self.n_keys = int_in("n_keys", n_keys, 1)
+        self.n_actions = int_in("n_actions", n_actions, 2, len(ACTION_NAMES))
+        self.phase_length = int_in("phase_length", phase_length, 1)
+        self.partial_fraction = fraction("partial_fraction", partial_fraction)
         self.phases = _parse_phases(DEFAULT_PHASES if phases is None else phases, self.phase_length)
         self._actions = ACTION_NAMES[: self.n_actions]
         self._action_set = frozenset(self._actions)
@@ -107,7 +106,7 @@ class ControlledDrift:
         return [(start, phase.name) for start, phase in zip(self._starts[1:], self.phases[1:], strict=True)]
 
     def reset(self, seed: int) -> None:
-        self._seed = _int_in("seed", seed, 0)
+        self._seed = int_in("seed", seed, 0)
         self._regimes = self._draw_regimes(random.Random(f"{self.name}/{self._seed}/regimes"))
         self._trial_rng = random.Random(f"{self.name}/{self._seed}/trials")
         self._now = 0
@@ -226,7 +225,7 @@ def _parse_phases(phases: Sequence[Any], phase_length: int) -> tuple[DriftPhase,
                 f"phases: change of {phase.name!r} must be one of {CHANGES}, got {phase.change!r}"
             )
         length = (
-            phase_length if phase.length is None else _int_in(f"phases[{phase.name}].length", phase.length, 1)
+            phase_length if phase.length is None else int_in(f"phases[{phase.name}].length", phase.length, 1)
         )
         parsed.append(DriftPhase(phase.name, phase.change, length))
     if parsed[0].change != "none":
@@ -235,27 +234,6 @@ def _parse_phases(phases: Sequence[Any], phase_length: int) -> tuple[DriftPhase,
             f"got {parsed[0].change!r}"
         )
     return tuple(parsed)
-
-
-def _int_in(name: str, value: Any, low: int, high: int | None = None) -> int:
-    """`value` as an int in [low, high]; a ValueError naming the parameter otherwise."""
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} must be an integer, got {value!r}") from None
-    if number < low or (high is not None and number > high):
-        bounds = f">= {low}" if high is None else f"between {low} and {high}"
-        raise ValueError(f"{name} must be {bounds}, got {number}")
-    return number
-
-
-def _fraction(name: str, value: Any) -> float:
-    """`value` as a float in (0, 1]."""
-    if isinstance(value, bool) or not isinstance(value, Real) or not 0.0 < float(value) <= 1.0:
-        raise ValueError(f"{name} must be a number in (0, 1], got {value!r}")
-    return float(value)
 
 
 def _member(item: Any, items: frozenset) -> bool:

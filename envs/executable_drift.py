@@ -33,7 +33,6 @@ A precedent whose key is not a job or whose value is not a command line fails ev
 from __future__ import annotations
 
 import math
-import operator
 import os
 import random
 import tempfile
@@ -44,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.base import TRIAL_KINDS, Outcome, Task
+from envs.checks import fraction, int_in
 from envs.sandbox import Refused, Sandbox, check_invocation, split_invocation
 from envs.tool_worker import ToolFn, ToolWorker
 from envs.tools import FLAVOURS, TOOLS, VERSIONS, Tool, subject_for
@@ -88,10 +88,10 @@ class ExecutableDrift:
         extra_tools: Mapping[str, ToolFn] | None = None,
         sandbox_dir: str | None = None,
     ) -> None:
-        self.n_keys = _int_in("n_keys", n_keys, 2)
-        self.n_actions = _int_in("n_actions", n_actions, 2, len(FLAVOURS))
-        self.phase_length = _int_in("phase_length", phase_length, 1)
-        self.partial_fraction = _fraction("partial_fraction", partial_fraction)
+        self.n_keys = int_in("n_keys", n_keys, 2)
+        self.n_actions = int_in("n_actions", n_actions, 2, len(FLAVOURS))
+        self.phase_length = int_in("phase_length", phase_length, 1)
+        self.partial_fraction = fraction("partial_fraction", partial_fraction)
         if isinstance(time_limit, bool) or not isinstance(time_limit, Real) or not 0 < time_limit < math.inf:
             raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
         self.time_limit = float(time_limit)
@@ -141,7 +141,7 @@ class ExecutableDrift:
         return tuple(self._jobs.values())
 
     def reset(self, seed: int) -> None:
-        self._seed = _int_in("seed", seed, 0)
+        self._seed = int_in("seed", seed, 0)
         self._remove_sandbox()
         self._tmp = tempfile.TemporaryDirectory(prefix="tepa-executable-", dir=self.sandbox_dir)
         root = Path(self._tmp.name)
@@ -164,7 +164,7 @@ class ExecutableDrift:
         unbalanced quotes) writes no observation: there is no invocation to remember."""
         self._require_reset()
         job = self._job_of(task.key)
-        t = _int_in("task.t", task.t, 0, len(PHASES) * self.phase_length - 1)
+        t = int_in("task.t", task.t, 0, len(PHASES) * self.phase_length - 1)
         self._now = t
         try:
             argv = split_invocation(action)
@@ -331,24 +331,3 @@ def _tools(names: Iterable[str] | None) -> tuple[Tool, ...]:
     if not chosen or len(set(chosen)) != len(chosen) or not set(chosen) <= set(TOOLS):
         raise ValueError(f"tools must be distinct names among {sorted(TOOLS)}, got {chosen!r}")
     return tuple(TOOLS[name] for name in chosen)
-
-
-def _int_in(name: str, value: Any, low: int, high: int | None = None) -> int:
-    """`value` as an int in [low, high]; a ValueError naming the parameter otherwise."""
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} must be an integer, got {value!r}") from None
-    if number < low or (high is not None and number > high):
-        bounds = f">= {low}" if high is None else f"between {low} and {high}"
-        raise ValueError(f"{name} must be {bounds}, got {number}")
-    return number
-
-
-def _fraction(name: str, value: Any) -> float:
-    """`value` as a float in (0, 1]."""
-    if isinstance(value, bool) or not isinstance(value, Real) or not 0.0 < float(value) <= 1.0:
-        raise ValueError(f"{name} must be a number in (0, 1], got {value!r}")
-    return float(value)

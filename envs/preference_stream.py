@@ -17,15 +17,14 @@ actions: every draw of a session is made when the session is generated.
 from __future__ import annotations
 
 import math
-import operator
 import random
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
-from numbers import Real
 from typing import Any
 
 from envs.base import TRIAL_KINDS, Outcome, Task
+from envs.checks import int_in, rate
 from tepa.evidence import Observation
 
 
@@ -86,16 +85,16 @@ class PreferenceStream:
         hint_rate: float = 0.875,
         reveal_rate: float = 1.0,
     ) -> None:
-        self.n_users = _int_in("n_users", n_users, 1)
-        self.n_slots = _int_in("n_slots", n_slots, 1, len(SLOTS))
-        self.stable_length = _int_in("stable_length", stable_length, 0)
-        self.drift_length = _int_in("drift_length", drift_length, 0)
+        self.n_users = int_in("n_users", n_users, 1)
+        self.n_slots = int_in("n_slots", n_slots, 1, len(SLOTS))
+        self.stable_length = int_in("stable_length", stable_length, 0)
+        self.drift_length = int_in("drift_length", drift_length, 0)
         if self.stable_length + self.drift_length == 0:
             raise ValueError("stable_length + drift_length must be >= 1 (the stream has no sessions)")
-        self.drift_rate = _rate("drift_rate", drift_rate)
-        self.glitch_rate = _rate("glitch_rate", glitch_rate)
-        self.hint_rate = _rate("hint_rate", hint_rate)
-        self.reveal_rate = _rate("reveal_rate", reveal_rate)
+        self.drift_rate = rate("drift_rate", drift_rate)
+        self.glitch_rate = rate("glitch_rate", glitch_rate)
+        self.hint_rate = rate("hint_rate", hint_rate)
+        self.reveal_rate = rate("reveal_rate", reveal_rate)
         self.slots = SLOTS[: self.n_slots]
         self._slot_index = {slot.name: i for i, slot in enumerate(self.slots)}
         self._values = tuple(frozenset(slot.values) for slot in self.slots)
@@ -118,7 +117,7 @@ class PreferenceStream:
         return [(self.stable_length, "drift")] if self.stable_length and self.drift_length else []
 
     def reset(self, seed: int) -> None:
-        self._seed = _int_in("seed", seed, 0)
+        self._seed = int_in("seed", seed, 0)
         self._draw_preferences(random.Random(f"{self.name}/{self._seed}/preferences"))
         self._trial_rng = random.Random(f"{self.name}/{self._seed}/trials")
         self._now = 0
@@ -239,27 +238,6 @@ class PreferenceStream:
                     prefs.append(value)
                 self._change_times.append(times)
                 self._prefs.append(prefs)
-
-
-def _int_in(name: str, value: Any, low: int, high: int | None = None) -> int:
-    """`value` as an int in [low, high]; a ValueError naming the parameter otherwise."""
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} must be an integer, got {value!r}") from None
-    if number < low or (high is not None and number > high):
-        bounds = f">= {low}" if high is None else f"between {low} and {high}"
-        raise ValueError(f"{name} must be {bounds}, got {number}")
-    return number
-
-
-def _rate(name: str, value: Any) -> float:
-    """`value` as a probability in [0, 1]."""
-    if isinstance(value, bool) or not isinstance(value, Real) or not 0.0 <= float(value) <= 1.0:
-        raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
-    return float(value)
 
 
 def _clip(action: Any, limit: int = 60) -> str:
