@@ -78,6 +78,28 @@ def load_parsed_source(source: str, data_dir: str | os.PathLike | None = None) -
     return _parsed(source, str(folder) if folder else None)
 
 
+@functools.lru_cache(maxsize=8)
+def _fact_index(parsed: ParsedSource) -> tuple[dict, dict, dict]:
+    """For trials, built once per source (not per seed): key -> serials and values of its facts, oldest
+    first; relation -> the first serial of each of its keys and the keys, in that order; key -> its
+    index in its relation's list."""
+    history: dict[Hashable, tuple[list[int], list[str]]] = {}
+    relation_keys: dict[str, tuple[list[int], list[Hashable]]] = defaultdict(lambda: ([], []))
+    index_in_relation: dict[Hashable, int] = {}
+    for line in parsed.lines:
+        if line.fact:
+            key = (line.fact.subject, line.fact.relation)
+            if key not in history:
+                history[key] = ([], [])
+                first_serials, keys = relation_keys[line.fact.relation]
+                index_in_relation[key] = len(keys)
+                first_serials.append(line.serial)
+                keys.append(key)
+            history[key][0].append(line.serial)
+            history[key][1].append(line.fact.object)
+    return history, dict(relation_keys), index_in_relation
+
+
 class MemoryAgentBench:
     """The FactConsolidation stream of one source (see the module docstring)."""
 
@@ -100,23 +122,7 @@ class MemoryAgentBench:
         self._qa_ids = parsed.record.qa_pair_ids
         self._chunks = _chunk(parsed.lines, chunk_size)
         self._first_question_t = parsed.lines[-1].serial + 1 if parsed.lines else 0
-        # For trials. key -> serials and values of its facts, oldest first; relation -> the first serial
-        # of each of its keys and the keys, in that order; key -> its index in its relation's list.
-        self._history: dict[Hashable, tuple[list[int], list[str]]] = {}
-        self._relation_keys: dict[str, tuple[list[int], list[Hashable]]] = defaultdict(lambda: ([], []))
-        self._index_in_relation: dict[Hashable, int] = {}
-        for line in parsed.lines:
-            if line.fact:
-                key = (line.fact.subject, line.fact.relation)
-                if key not in self._history:
-                    self._history[key] = ([], [])
-                    first_serials, keys = self._relation_keys[line.fact.relation]
-                    self._index_in_relation[key] = len(keys)
-                    first_serials.append(line.serial)
-                    keys.append(key)
-                self._history[key][0].append(line.serial)
-                self._history[key][1].append(line.fact.object)
-        self._relation_keys = dict(self._relation_keys)
+        self._history, self._relation_keys, self._index_in_relation = _fact_index(parsed)
         self.reset(0)
 
     def reset(self, seed: int) -> None:

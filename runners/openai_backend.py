@@ -33,6 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 import openai
 
 from runners.backend import BackendExhausted, Reply, Request
+from runners.prompt import estimate_tokens
 from runners.response_cache import ResponseCache, cache_key
 
 SCORINGS = ("text", "logprobs")
@@ -88,11 +89,6 @@ def backoff_delay(
     if retry_after is not None:
         return retry_after
     return min(cap, base * 2.0**attempt) * rng.uniform(0.5, 1.0)
-
-
-def estimate_tokens(messages: Sequence[Mapping[str, str]]) -> int:
-    """Prompt tokens when the endpoint reports no usage: 4 characters per token plus 4 per message."""
-    return sum(math.ceil(len(m.get("content") or "") / 4) + 4 for m in messages)
 
 
 def pick_label(top_logprobs: Sequence[Mapping[str, object]], labels: Sequence[str]) -> str | None:

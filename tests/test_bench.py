@@ -3,12 +3,12 @@ structure of its JSON and report. No timing is asserted (these machines are shar
 
 import json
 import math
-import os
 import re
 import sys
 from pathlib import Path
 
 import pytest
+from shared_data import DATA_DIR
 
 from runners import bench, bench_agent, bench_memory
 from runners.registry import build_memory
@@ -16,7 +16,7 @@ from tepa.evidence import Evidence
 from tepa.tepa_full import TEPAFull
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = os.environ.get("TEPA_DATA_DIR") or str(ROOT.parent / "shared" / "data")
+DATA = str(DATA_DIR)
 
 
 class Counting:

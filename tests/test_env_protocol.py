@@ -1,9 +1,8 @@
 """Every environment follows the one protocol and knows its length (progress bars use it)."""
 
-import os
-from pathlib import Path
 
 import pytest
+from shared_data import DATA_DIR
 
 from envs.base import Environment
 from envs.controlled_drift import ControlledDrift
@@ -11,7 +10,7 @@ from envs.executable_drift import ExecutableDrift
 from envs.memoryagentbench import MemoryAgentBench
 from envs.preference_stream import PreferenceStream
 
-DATA = os.environ.get("TEPA_DATA_DIR") or str(Path(__file__).resolve().parents[2] / "shared" / "data")
+DATA = str(DATA_DIR)
 
 FACTORIES = {
     "controlled_drift": lambda: ControlledDrift(phase_length=30),

@@ -2,12 +2,11 @@
 
 import io
 import json
-import os
 import sys
 import urllib.error
-from pathlib import Path
 
 import pytest
+from shared_data import DATA_DIR
 
 from envs import mab_data
 from envs.mab_data import (
@@ -17,7 +16,6 @@ from envs.mab_data import (
     load_mquake_templates,
 )
 
-DATA_DIR = Path(os.environ.get(DATA_DIR_ENV) or Path(__file__).resolve().parents[2] / "shared" / "data")
 LOCAL_SOURCES = [f"factconsolidation_{h}_{n}" for h in ("sh", "mh") for n in ("6k", "32k", "262k")]
 
 

@@ -1,13 +1,11 @@
 """Parsing facts and questions with the MQuAKE patterns, on all six local sources."""
 
-import os
 import time
-from pathlib import Path
 
 import pytest
+from shared_data import DATA_DIR
 
 from envs.mab_data import (
-    DATA_DIR_ENV,
     FactConsolidationRecord,
     MQuAKETemplates,
     load_conflict_resolution,
@@ -23,7 +21,6 @@ from envs.mab_parse import (
     parser_for,
 )
 
-DATA_DIR = Path(os.environ.get(DATA_DIR_ENV) or Path(__file__).resolve().parents[2] / "shared" / "data")
 SIZES = ("6k", "32k", "262k")
 # A perfect last-write-wins reader (SOURCES.md): a few conflicted questions have the older value as gold.
 LWW_SCORE = {"6k": 1.00, "32k": 0.98, "262k": 0.97}

@@ -1,18 +1,15 @@
 """The memoryagentbench environment: stream structure, scoring, trials, unparsed facts."""
 
 import json
-import os
 import shutil
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from shared_data import DATA_DIR
 
 from envs.base import Environment
-from envs.mab_data import CONFLICT_FILE, DATA_DIR_ENV
+from envs.mab_data import CONFLICT_FILE
 from envs.memoryagentbench import QUERY_TEMPLATE, MemoryAgentBench, approx_tokens
-
-DATA_DIR = Path(os.environ.get(DATA_DIR_ENV) or Path(__file__).resolve().parents[2] / "shared" / "data")
 
 
 @pytest.fixture(scope="module")
