@@ -188,7 +188,7 @@ class TEPAFullConfig(TEPARevConfig):
     n_support: int = 2
     n_counterfactual: int = 1
     n_contamination: int = 2
-    max_trial_rounds: int = 3
+    max_trial_rounds: int = 1
 
     def check(self) -> None:
         super().check()

@@ -20,10 +20,17 @@ class TEPAFull(PrecedentMemory):
     the environment executes it on trial tasks: `n_support` support trials (same key, should succeed),
     `n_counterfactual` (a perturbed task where it should not apply) and `n_contamination` (other keys,
     which must not get worse). It is promoted only if at least 60% of the trials pass and at least one
-    support trial passes. Otherwise it stays where it is (event "trial_failed") and is tried again only
-    when new supporting evidence arrives; after `max_trial_rounds` failed rounds in one epoch a
-    hypothesis is archived (revoked, reason "failed trial") and a revoked candidate starts a new epoch.
-    Every trial is a real execution, so trials and passes are counted in `snapshot()` as cost.
+    support trial passes. Otherwise (event "trial_failed") it is tried again only when new supporting
+    evidence arrives; after `max_trial_rounds` failed rounds in one epoch a hypothesis is archived
+    (revoked, reason "failed trial") and a revoked candidate starts a new epoch. Every trial is a real
+    execution, so trials and passes are counted in `snapshot()` as cost.
+
+    By default one failed round archives the candidate. A hypothesis left waiting keeps counting a
+    conflict for every observation of its key's other values, and while its value is wrong there are many:
+    when the world later moves to its value, those conflicts hold it below theta_pro long after its
+    trials would pass (on preference_stream a glitch's candidate then blocked the real change to the same
+    value). In the archive it counts only evidence about its own value, in a fresh epoch, like any revoked
+    precedent. Raise `max_trial_rounds` only where trials are noisy.
 
     `trial_fn(precedent, kind) -> bool` is usually the environment's `trial`, given here or later via
     `set_trial`. The other keyword arguments are TEPA-Rev's thresholds, with the same defaults.
@@ -38,7 +45,7 @@ class TEPAFull(PrecedentMemory):
         n_support: int = 2,
         n_counterfactual: int = 1,
         n_contamination: int = 2,
-        max_trial_rounds: int = 3,
+        max_trial_rounds: int = 1,
         a0: float = 1.0,
         b0: float = 1.0,
         n_min: int = 3,

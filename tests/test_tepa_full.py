@@ -59,8 +59,9 @@ def test_sixty_percent_and_one_support_rule(support, counterfactual, contaminati
     m = TEPAFull(trial_fn=trial)
     p = see(m, 0, "red")  # s=1: 2/3 > theta_pro=0.6 -> one round of 2 + 1 + 2 trials
     assert len(trial.calls) == 5
-    assert p.state is (State.ACTIVE if promoted else State.HYPOTHESIS)
-    assert p.history[-1].event == ("promoted" if promoted else "trial_failed")
+    assert p.state is (State.ACTIVE if promoted else State.REVOKED)  # one failed round archives
+    events = [e.event for e in p.history if e.event != "trial"]
+    assert events == ["created", "promoted"] if promoted else ["created", "trial_failed", "revoked"]
 
 
 @pytest.mark.parametrize(
@@ -81,7 +82,7 @@ def test_exact_sixty_percent_boundary(counts, passes, promoted):
     )
     m = TEPAFull(trial_fn=trial, n_support=n_s, n_counterfactual=n_c, n_contamination=n_x)
     p = see(m, 0, "red")
-    assert p.state is (State.ACTIVE if promoted else State.HYPOTHESIS)
+    assert p.state is (State.ACTIVE if promoted else State.REVOKED)
     assert (m.trials, m.trial_passes) == (sum(counts), passes)
 
 
@@ -106,7 +107,7 @@ def test_trials_get_the_precedent_and_run_in_kind_order_and_are_counted():
 
 def test_failed_hypothesis_is_retried_only_on_new_supporting_evidence():
     trial = Script(support=[F, F, T, T], counterfactual=[F, T], contamination=[F, F, T, T])
-    m = TEPAFull(trial_fn=trial)
+    m = TEPAFull(trial_fn=trial, max_trial_rounds=3)
     a = see(m, 0, "red")  # round 1 fails (0/5)
     assert a.state is State.HYPOTHESIS and len(trial.calls) == 5
     see(m, 1, "red", holds=False)  # a failure: s=1, f=1, no new support -> no trial
@@ -116,6 +117,32 @@ def test_failed_hypothesis_is_retried_only_on_new_supporting_evidence():
     see(m, 3, "red")  # support: s=3, f=1: 4/6 = 0.667 > 0.6 -> round 2 (5/5 pass)
     assert len(trial.calls) == 10 and a.state is State.ACTIVE
     assert [e.event for e in a.history if e.event != "trial"] == ["created", "trial_failed", "promoted"]
+
+
+def test_by_default_one_failed_round_archives_so_conflicts_while_wrong_do_not_bar_it_later():
+    """A glitch's candidate fails its trial; while it is wrong the key's true value is seen ten times.
+    When the world then moves to the candidate's value, one observation re-promotes it. Left waiting as
+    a hypothesis (max_trial_rounds=3) it would have counted those ten as conflicts."""
+    now = {"value": "red"}
+
+    def truthful(p, kind):
+        return p.value == now["value"]
+
+    for rounds, promoted_after in ((1, 1), (3, 15)):
+        m = TEPAFull(trial_fn=truthful, max_trial_rounds=rounds)
+        see(m, 0, "red")
+        glitch = see(m, 1, "blue")  # its round fails: 2/5 trials, no support pass
+        assert glitch.state is (State.REVOKED if rounds == 1 else State.HYPOTHESIS)
+        for t in range(2, 12):
+            see(m, t, "red")
+        now["value"] = "blue"
+        seen = 0
+        while glitch.state is not State.ACTIVE:
+            seen += 1
+            see(m, 11 + seen, "blue")
+        # waiting: (1+s)/(2+s+10) > 0.6 needs s = 16, 15 more; fresh in the archive: (1+1)/(2+1) > 0.6
+        assert seen == promoted_after
+        now["value"] = "red"
 
 
 def test_archived_with_reason_failed_trial_after_max_rounds():
