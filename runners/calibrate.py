@@ -107,6 +107,7 @@ CONCLUSIONS = (
     ("controlled_drift", "no_memory", "tepa_rev"),
     ("preference_stream", "append_only", "no_memory"),
     ("preference_stream", "no_memory", "tepa_full"),
+    ("preference_stream", "tepa_rev", "tepa_full"),
 )
 
 
