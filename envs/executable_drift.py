@@ -12,7 +12,8 @@ An action runs for real in a per-run sandbox (a temporary directory, removed by 
 the gate of `envs.sandbox` (shlex, a tool whitelist, every path confined), a persistent worker runs the
 tool under a time limit (`envs.tool_worker`), and success is decided on disk: the expected artefact
 exists with the expected content and format. A stale invocation fails with the tool's real argparse
-error, or runs and leaves the wrong artefact, which the check reports.
+error, or runs and leaves the wrong artefact, which the check reports. (Parsing touches nothing, so a
+call that argparse rejects gets that error from the environment itself, without a worker round trip.)
 
 Before every call the job's inputs are restored and its artefact paths cleared, so an outcome depends
 only on the job, the action and the versions, never on what earlier (possibly garbage) actions left.
@@ -236,9 +237,12 @@ class ExecutableDrift:
             return False, str(exc)
         tool = job.tool
         tool.prepare(sandbox, job.subject, job.fixture, restore_inputs)
-        ok, message = self._worker.call(
-            argv[0], argv[1:], regime.get(argv[0], ""), str(sandbox.root), self.time_limit
-        )
+        version = regime.get(argv[0], "")
+        program = TOOLS.get(argv[0])
+        usage = program.usage_error(argv[1:], version) if program is not None else None
+        if usage is not None:
+            return False, usage
+        ok, message = self._worker.call(argv[0], argv[1:], version, str(sandbox.root), self.time_limit)
         if not ok:
             return False, message
         problem = tool.verify(sandbox, job.subject, job.fixture, regime[tool.name])

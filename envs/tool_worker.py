@@ -18,12 +18,13 @@ import sys
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any, BinaryIO
+from typing import Any
 
 ToolFn = Callable[[list[str], str, str], str]
 """A tool: (argv without the tool name, version, sandbox root) -> success message; raises on failure."""
 
 _HEADER = 4
+_CHUNK = 2**16  # bytes asked of the first read of a message (a pipe's default capacity)
 _MAX_FILE_BYTES = 16 * 2**20  # RLIMIT_FSIZE in the child: no tool call can fill the disk
 _STARTUP_SECONDS = 60.0
 
@@ -108,13 +109,11 @@ class ToolWorker:
 
     def _send(self, message: Any) -> None:
         assert self._proc is not None and self._proc.stdin is not None
-        _write(self._proc.stdin, message)
+        _write(self._proc.stdin.fileno(), message)
 
     def _receive(self, deadline: float) -> Any:
         assert self._proc is not None and self._proc.stdout is not None
-        fd = self._proc.stdout.fileno()
-        size = int.from_bytes(_read(fd, _HEADER, deadline), "little")
-        return pickle.loads(_read(fd, size, deadline))
+        return pickle.loads(_read_message(self._proc.stdout.fileno(), deadline))
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> int | None:
@@ -128,26 +127,39 @@ def _kill(proc: subprocess.Popen[bytes]) -> int | None:
     return code
 
 
-def _write(stream: BinaryIO, message: Any) -> None:
+def _write(fd: int, message: Any) -> None:
+    """Send one message with one write(2) in the common case: no buffer to copy into and flush."""
     body = message if isinstance(message, bytes) else pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(len(body).to_bytes(_HEADER, "little") + body)
-    stream.flush()
+    data = memoryview(len(body).to_bytes(_HEADER, "little") + body)
+    while data:
+        data = data[os.write(fd, data) :]
 
 
-def _read(fd: int, size: int, deadline: float | None) -> bytes:
-    """Exactly `size` bytes from `fd`; TimeoutError past `deadline`, EOFError when the writer is gone."""
-    chunks: list[bytes] = []
-    while size:
-        if deadline is not None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
-                raise TimeoutError
-        chunk = os.read(fd, size)
-        if not chunk:
-            raise EOFError
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
+def _read_message(fd: int, deadline: float | None) -> bytes:
+    """One message's body. Each side sends one message and then waits for the other's, so the first read
+    (up to _CHUNK bytes) normally brings the header and the whole body: one read(2) per message."""
+    data = _read_some(fd, _CHUNK, deadline)
+    while len(data) < _HEADER:
+        data += _read_some(fd, _HEADER - len(data), deadline)
+    size = int.from_bytes(data[:_HEADER], "little")
+    body = data[_HEADER:]
+    if len(body) > size:
+        raise OSError("tool worker protocol: bytes beyond the end of a message")
+    while len(body) < size:
+        body += _read_some(fd, size - len(body), deadline)
+    return body
+
+
+def _read_some(fd: int, size: int, deadline: float | None) -> bytes:
+    """1 to `size` bytes from `fd`; TimeoutError past `deadline`, EOFError when the writer is gone."""
+    if deadline is not None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+            raise TimeoutError
+    chunk = os.read(fd, size)
+    if not chunk:
+        raise EOFError
+    return chunk
 
 
 def serve() -> None:
@@ -157,7 +169,7 @@ def serve() -> None:
     from envs.tools import TOOLS, ToolError
 
     requests = sys.stdin.buffer.fileno()
-    replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    replies = os.dup(sys.stdout.fileno())
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())  # a stray print must not corrupt the reply pipe
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this process ends
@@ -165,14 +177,14 @@ def serve() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (_MAX_FILE_BYTES, _MAX_FILE_BYTES))
     try:
         registry: dict[str, ToolFn] = {name: tool.run for name, tool in TOOLS.items()}
-        registry.update(pickle.loads(_read_message(requests)))
+        registry.update(pickle.loads(_read_message(requests, None)))
     except Exception as exc:  # report why, rather than die silently
         _write(replies, f"{type(exc).__name__}: {exc}")
         return
     _write(replies, "ready")
     while True:
         try:
-            tool, argv, version, root = pickle.loads(_read_message(requests))
+            tool, argv, version, root = pickle.loads(_read_message(requests, None))
         except EOFError:
             return
         try:
@@ -183,11 +195,6 @@ def serve() -> None:
             text = str(exc).replace(root.rstrip(os.sep) + os.sep, "")  # no temp paths in messages
             reply = (False, f"{tool}: internal error: {type(exc).__name__}: {text}")
         _write(replies, reply)
-
-
-def _read_message(fd: int) -> bytes:
-    size = int.from_bytes(_read(fd, _HEADER, None), "little")
-    return _read(fd, size, None)
 
 
 if __name__ == "__main__":

@@ -133,7 +133,9 @@ class Tool(ABC):
         """Run the tool as `version` would, inside the sandbox at `root`; raise ToolError on failure."""
         sandbox = _sandbox(root)
         index = VERSIONS[version].syntax
-        namespace = vars(self._parsers[index].parse_args(argv))
+        namespace = _parsed(self._parsers[index], tuple(argv))
+        if isinstance(namespace, str):
+            raise ToolError(namespace)
         params: dict[str, Any] = {}
         for element in self.syntaxes[index]:
             if isinstance(element, str):
@@ -154,6 +156,12 @@ class Tool(ABC):
                 raise ToolError(f"{self.name}: error: {sandbox.scrub(str(exc))}") from None
             where = f": {sandbox.relative(exc.filename)}" if exc.filename else ""
             raise ToolError(f"{self.name}: error: {exc.strerror}{where}") from None
+
+    def usage_error(self, argv: list[str], version: str) -> str | None:
+        """The argparse error `run` would raise for `argv` under `version` (None when it parses): such a
+        call fails before touching anything, so the environment need not send it to the worker."""
+        namespace = _parsed(self._parsers[VERSIONS[version].syntax], tuple(argv))
+        return namespace if isinstance(namespace, str) else None
 
     @abstractmethod
     def operate(self, sandbox: Sandbox, params: dict[str, Any]) -> str:
@@ -208,10 +216,11 @@ class Tool(ABC):
     ) -> None:
         """Give the job a clean start: no artefacts (so any found later are this call's) and, unless
         `restore_inputs` is False, pristine inputs."""
-        for path in self.outputs(subject):
+        outputs, inputs = _layout(self, subject)
+        for path in outputs:
             sandbox.clear(path)
         if restore_inputs:
-            for path in self.inputs(subject):
+            for path in inputs:
                 sandbox.restore(
                     path, {p: d for p, d in fixture.items() if p == path or p.startswith(path + "/")}
                 )
@@ -236,6 +245,23 @@ class Tool(ABC):
 @lru_cache(maxsize=64)
 def _sandbox(root: str) -> Sandbox:
     return Sandbox(root)
+
+
+@lru_cache(maxsize=1024)
+def _parsed(parser: ToolParser, argv: tuple[str, ...]) -> dict[str, Any] | str:
+    """`parser`'s arguments for `argv` (read-only), or its error message. Parsing is a pure function of
+    argv and agents repeat their invocations, so each distinct one is parsed once per process."""
+    try:
+        return vars(parser.parse_args(list(argv)))
+    except ToolError as exc:
+        return str(exc)
+
+
+@lru_cache(maxsize=256)
+def _layout(tool: Tool, subject: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The job's (output paths, input paths), fixed per subject; `inputs` would rebuild the fixture on
+    every call."""
+    return tool.outputs(subject), tool.inputs(subject)
 
 
 def subject_for(tool: Tool, index: int) -> str:
@@ -270,9 +296,9 @@ class Archive(Tool):
         if not src.is_dir():
             raise ToolError(f"archive: error: {sandbox.relative(src)}: not a directory")
         os.makedirs(out.parent, exist_ok=True)
-        count = 0
+        count, top = 0, str(src)
         with tarfile.open(out, "w:gz", compresslevel=1) as tar:
-            for folder, dirs, files in os.walk(src):
+            for folder, dirs, files in os.walk(top):
                 dirs.sort()
                 for name in sorted(files):
                     path = os.path.join(folder, name)
@@ -281,7 +307,8 @@ class Archive(Tool):
                     with open(path, "rb") as handle:
                         data = handle.read()
                     # A plain TarInfo: tar.add would look up user and group names on every file.
-                    info = tarfile.TarInfo(os.path.join(src.name, os.path.relpath(path, src)))
+                    # os.walk joins onto the resolved (normalised) src: slicing gives what relpath would.
+                    info = tarfile.TarInfo(os.path.join(src.name, path[len(top) + 1 :]))
                     info.size, info.mode = len(data), 0o644
                     tar.addfile(info, io.BytesIO(data))
                     count += 1

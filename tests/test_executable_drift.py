@@ -147,6 +147,19 @@ def test_a_hanging_tool_is_stopped_and_scored_as_a_failure(tmp_path):
         assert env.execute(task, task.correct).success  # a fresh worker carries on
 
 
+def test_an_invocation_argparse_rejects_fails_without_the_worker(env):
+    """The environment reports argparse's error itself, word for word what the tool would say."""
+    task = task_for(env, 0, "stable")
+    tool = env.jobs[0].tool.name
+    stale = f"{tool} --no-such-flag x"
+    outcome = env.execute(task, stale)
+    assert not outcome.success and env.worker.pid is None  # no worker was needed
+    version = env.versions_at(0)[tool]
+    ok, message = env.worker.call(tool, ["--no-such-flag", "x"], version, str(env.sandbox.root), 5.0)
+    assert not ok and outcome.message == message
+    assert outcome.observations[0].text == f'"{stale}" failed: {message}'
+
+
 def _find(seed_range, predicate):
     """The first (env, tool) over seeds whose stable -> full-reversal change satisfies `predicate`."""
     for seed in seed_range:

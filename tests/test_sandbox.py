@@ -29,6 +29,10 @@ def crash(argv: list[str], version: str, root: str) -> str:
     os._exit(3)
 
 
+def echo(argv: list[str], version: str, root: str) -> str:
+    return "".join(argv)
+
+
 @pytest.fixture
 def tree(tmp_path):
     """A sandbox with a folder, a file, a link inside it and a link out of it; and an outside dir."""
@@ -74,6 +78,17 @@ def test_resolve_agrees_with_realpath(tree, parts, absolute):
     else:
         with pytest.raises(Refused):
             box.resolve(path)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.lists(st.sampled_from(["a", "f.txt", "..", ".", ""]), max_size=5))
+def test_relative_agrees_with_relpath(tree, parts):
+    """The shortcut for normalised paths names every path inside the root exactly as relpath does."""
+    box, _ = tree
+    path = str(box.root) + "/" + "/".join(parts)
+    assert box.relative(path) == os.path.relpath(path, box.root)
+    assert box.relative(box.root / "a" / "f.txt") == "a/f.txt"
+    assert box.relative("/elsewhere/f.txt") == "/elsewhere/f.txt"  # outside: named as it is
 
 
 def parse(text: str, allowed, box) -> list[str]:
@@ -221,6 +236,14 @@ def test_worker_survives_a_crashing_tool(tmp_path):
         ok, message = worker.call("crash", [], "", str(tmp_path), 5.0)
         assert not ok and "died (exit code 3)" in message
         assert worker.call("noop", [], "", str(tmp_path), 5.0) == (True, "noop: ok")
+
+
+def test_worker_carries_messages_longer_than_a_pipe(tmp_path):
+    """A message that does not fit one read (the pipe holds 64 KiB) arrives whole, both ways."""
+    words = [f"{i:07d}" for i in range(40_000)]  # about 280 KB
+    with ToolWorker({"echo": echo}) as worker:
+        assert worker.call("echo", words, "", str(tmp_path), 5.0) == (True, "".join(words))
+        assert worker.call("echo", ["short"], "", str(tmp_path), 5.0) == (True, "short")
 
 
 def test_worker_close_stops_the_process(tmp_path):
