@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.json as pj
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
@@ -27,7 +28,11 @@ REQUIRED_COLUMNS = (*LABELS, "t", "phase", "success")
 #: Cumulative memory counters from each episode's snapshot; baselines may not log them (read as 0).
 COUNTERS = ("promotions", "revocations", "repromotions", "trials", "trial_passes")
 STATE_COUNTS = ("hypothesis", "active", "revoked")
-EVENT_COLUMNS = ("t", "event", "reason", "id", "key", "value", "s", "f", "state")
+#: The archive fields the analysis uses (lifecycle counts): only these are decoded, the rest (reasons,
+#: keys, values of any JSON type) are skipped by Arrow's parser, which keeps loading a full
+#: reproduction's millions of events fast.
+EVENT_SCHEMA = pa.schema([("event", pa.string())])
+_EVENT_PARSING = pj.ParseOptions(explicit_schema=EVENT_SCHEMA, unexpected_field_behavior="ignore")
 #: The episode columns the analysis uses; the others (task keys, actions, raw replies) are not read,
 #: which keeps loading a full reproduction fast.
 ANALYSIS_COLUMNS = (*REQUIRED_COLUMNS, "prompt_tokens", *COUNTERS, *STATE_COUNTS)
@@ -42,7 +47,7 @@ class RunLogs:
     """Everything the analysis reads, one frame per log kind.
 
     episodes: one row per episode of every run, plus `run` (the run directory relative to the root).
-    events: one row per archive lifecycle event, with `run` and the run's labels.
+    events: one row per archive lifecycle event: `run`, the run's labels and the EVENT_SCHEMA fields.
     runs: one row per run: `run`, the labels, `n_episodes`, and `config` (meta.json flattened to
     dotted keys, e.g. "config.memory.theta_rev").
     """
@@ -91,22 +96,28 @@ def find_runs(root: str | Path) -> list[Path]:
 
 
 def read_episodes(run_dir: Path) -> pa.Table:
-    """The ANALYSIS_COLUMNS of one run's episodes.parquet (those it has) as an Arrow table."""
+    """The ANALYSIS_COLUMNS of one run's episodes.parquet (those it has) as an Arrow table.
+
+    One ParquetFile serves both the schema check and the read, single-threaded: files are small and
+    load_runs already reads several at once, so the dataset API's and Arrow's thread start-up would
+    cost more than the decoding.
+    """
     path = run_dir / "episodes.parquet"
-    names = pq.read_schema(path).names
+    file = pq.ParquetFile(path)
+    names = file.schema_arrow.names
     missing = [c for c in REQUIRED_COLUMNS if c not in names]
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
-    return pq.read_table(path, columns=[c for c in ANALYSIS_COLUMNS if c in names])
+    return file.read(columns=[c for c in ANALYSIS_COLUMNS if c in names], use_threads=False)
 
 
-def read_events(run_dir: Path) -> list[dict]:
-    """archive.jsonl of one run, one dict per lifecycle event ([] when there is none)."""
+def read_events(run_dir: Path) -> pa.Table:
+    """The EVENT_SCHEMA fields of one run's archive.jsonl, one row per lifecycle event (no rows when
+    there is none)."""
     path = run_dir / "archive.jsonl"
-    if not path.is_file():
-        return []
-    with path.open(encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+    if not path.is_file() or path.stat().st_size == 0:  # Arrow refuses an empty file
+        return EVENT_SCHEMA.empty_table()
+    return pj.read_json(path, parse_options=_EVENT_PARSING)
 
 
 def _labels(table: pa.Table, run: str) -> dict[str, object]:
@@ -129,7 +140,14 @@ def _check_unique(runs: pd.DataFrame) -> None:
         )
 
 
-def _read_run(root: Path, run_dir: Path) -> tuple[str, pa.Table, list[dict], dict]:
+def _with_labels(table: pa.Table, run: str, labels: dict[str, object]) -> pa.Table:
+    """`table` with `run` and the labels as leading columns (one value repeated on every row)."""
+    values = {"run": run, **labels}
+    columns = [pa.repeat(value, table.num_rows) for value in values.values()] + table.columns
+    return pa.Table.from_arrays(columns, names=[*values, *table.column_names])
+
+
+def _read_run(root: Path, run_dir: Path) -> tuple[str, pa.Table, pa.Table, dict]:
     return (
         run_dir.relative_to(root).as_posix(),
         read_episodes(run_dir),
@@ -157,8 +175,8 @@ def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:
                 log.info("run %s has no episodes; skipped", run)
                 continue
             labels = _labels(table, run)
-            tables.append(table.append_column("run", pa.array([run] * table.num_rows, pa.string())))
-            events += [{"run": run, **labels, **event} for event in archive]
+            tables.append(table.append_column("run", pa.repeat(run, table.num_rows)))
+            events.append(_with_labels(archive, run, labels))
             runs.append({"run": run, **labels, "n_episodes": table.num_rows, "config": flatten(meta)})
     if not runs:
         raise ValueError(f"root: no complete runs with episodes under {root}")
@@ -169,5 +187,5 @@ def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:
         episodes[name] = episodes[name].fillna(0).astype("int64") if name in episodes else 0
     episodes["success"] = episodes["success"].astype(bool)
     episodes = episodes.sort_values(["run", "t"], kind="stable").reset_index(drop=True)
-    events_frame = pd.DataFrame(events, columns=["run", *LABELS, *EVENT_COLUMNS] if not events else None)
+    events_frame = pa.concat_tables(events).to_pandas()
     return RunLogs(episodes, events_frame, runs_frame)

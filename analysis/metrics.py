@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.load import LABELS, SWEEP_EXPERIMENT, RunLogs
-from analysis.stats import Estimate, bootstrap_ci, holm, mean_ci, paired_comparison
+from analysis.stats import Estimate, bootstrap_cis, holm, mean_cis, paired_comparisons
 
 NO_MEMORY = "no_memory"
 ORACLE_RESET = "oracle_reset"
@@ -174,16 +174,17 @@ class _SeedValues:
 def summarize_success(per_seed: pd.DataFrame, phases: dict[tuple[str, str], list[str]]) -> pd.DataFrame:
     """Mean success over seeds with 95% CI per (experiment, env, memory, phase)."""
     index = _SeedValues(per_seed, "success")
-    records = []
+    cells, samples = [], []
     for setting in settings(per_seed):
         for method in index.methods[setting]:
             for phase in _phases_with_overall(phases, setting):
                 _, values = index.get(setting, method, phase)
                 if len(values):
-                    records.append(
+                    cells.append(
                         {"experiment": setting[0], "env": setting[1], "memory": method, "phase": phase}
-                        | _estimate_columns(mean_ci(values))
                     )
+                    samples.append(values)
+    records = [c | _estimate_columns(e) for c, e in zip(cells, mean_cis(samples), strict=True)]
     return pd.DataFrame.from_records(records)
 
 
@@ -204,7 +205,7 @@ def mpi(
     S_ref = 0. Settings without `reference` runs are absent from the result.
     """
     index = _SeedValues(per_seed, "success")
-    records = []
+    cells, pairs = [], []
     for setting in settings(per_seed):
         if reference not in index.methods[setting]:
             continue
@@ -213,17 +214,22 @@ def mpi(
                 continue
             for phase in _phases_with_overall(phases, setting):
                 ref, values = index.matched(setting, reference, method, phase)
-                if not len(ref):
-                    continue
-                if ref.mean() == 0:
-                    estimate = Estimate(float("nan"), float("nan"), float("nan"), len(ref))
-                else:
-                    estimate = bootstrap_ci((ref, values), _pollution, paired=True)
-                records.append(
-                    {"experiment": setting[0], "env": setting[1], "memory": method, "phase": phase}
-                    | _estimate_columns(estimate)
-                    | {"s_ref": float(ref.mean()), "s_method": float(values.mean())}
-                )
+                if len(ref):
+                    cells.append(
+                        {"experiment": setting[0], "env": setting[1], "memory": method, "phase": phase}
+                    )
+                    pairs.append((ref, values))
+    defined = [i for i, (ref, _) in enumerate(pairs) if ref.mean() != 0]
+    estimated = bootstrap_cis([pairs[i] for i in defined], _pollution, paired=True)
+    estimates = dict(zip(defined, estimated, strict=True))
+    records = []
+    for i, (cell, (ref, values)) in enumerate(zip(cells, pairs, strict=True)):
+        estimate = estimates.get(i, Estimate(float("nan"), float("nan"), float("nan"), len(ref)))
+        records.append(
+            cell
+            | _estimate_columns(estimate)
+            | {"s_ref": float(ref.mean()), "s_method": float(values.mean())}
+        )
     return pd.DataFrame.from_records(records)
 
 
@@ -237,7 +243,7 @@ def paired_tests(
     the other methods of the same setting and phase (one family), and Cohen's d_z.
     """
     index = _SeedValues(per_seed, "success")
-    records = []
+    families, cells, pairs = [], [], []
     for setting in settings(per_seed):
         if method not in index.methods[setting]:
             continue
@@ -247,15 +253,25 @@ def paired_tests(
             for other in others:
                 a, b = index.matched(setting, method, other, phase)
                 if len(a):
-                    family.append((other, paired_comparison(a, b)))
-            adjusted = holm([c.p_value for _, c in family])
-            for (other, c), p_holm in zip(family, adjusted, strict=True):
-                records.append(
-                    {"experiment": setting[0], "env": setting[1], "phase": phase, "memory": method}
-                    | {"other": other, "n": c.n, "mean_method": c.mean_a, "mean_other": c.mean_b}
-                    | {"diff": c.diff.mean, "diff_low": c.diff.low, "diff_high": c.diff.high}
-                    | {"p": c.p_value, "p_holm": float(p_holm), "d_z": c.d_z}
-                )
+                    family.append(len(cells))
+                    cells.append(
+                        {"experiment": setting[0], "env": setting[1], "phase": phase, "memory": method}
+                        | {"other": other}
+                    )
+                    pairs.append((a, b))
+            families.append(family)
+    comparisons = paired_comparisons(pairs)
+    records = []
+    for family in families:
+        adjusted = holm([comparisons[i].p_value for i in family])
+        for i, p_holm in zip(family, adjusted, strict=True):
+            c = comparisons[i]
+            records.append(
+                cells[i]
+                | {"n": c.n, "mean_method": c.mean_a, "mean_other": c.mean_b}
+                | {"diff": c.diff.mean, "diff_low": c.diff.low, "diff_high": c.diff.high}
+                | {"p": c.p_value, "p_holm": float(p_holm), "d_z": c.d_z}
+            )
     return pd.DataFrame.from_records(records)
 
 
@@ -341,24 +357,29 @@ def summarize_adaptation(
     at the phase end. The difference to `reference` is paired over seeds on which both recovered.
     """
     index = _SeedValues(lags, "lag")
-    nan = Estimate(float("nan"), float("nan"), float("nan"), 0)
-    records = []
+    cells, n_runs, recovered, diffs = [], [], [], []
     for setting in settings(lags):
         for phase in phases[setting][1:]:
             for method in index.methods[setting]:
                 _, lag = index.get(setting, method, phase)
                 if not len(lag):
                     continue
-                recovered = lag[~np.isnan(lag)]
+                recovered.append(lag[~np.isnan(lag)])
                 own, ref = index.matched(setting, method, reference, phase)
                 both = ~np.isnan(own) & ~np.isnan(ref)
-                diff = nan if method == reference else mean_ci(own[both] - ref[both])
-                records.append(
-                    {"experiment": setting[0], "env": setting[1], "phase": phase, "memory": method}
-                    | _estimate_columns(mean_ci(recovered))
-                    | {"n_recovered": len(recovered), "n_runs": len(lag)}
-                    | _estimate_columns(diff, "diff_")
-                )
+                # An empty sample estimates to NaN with n = 0: no difference to the reference itself.
+                diffs.append(np.empty(0) if method == reference else own[both] - ref[both])
+                cells.append({"experiment": setting[0], "env": setting[1], "phase": phase, "memory": method})
+                n_runs.append(len(lag))
+    records = [
+        cell
+        | _estimate_columns(lag_estimate)
+        | {"n_recovered": len(values), "n_runs": runs}
+        | _estimate_columns(diff_estimate, "diff_")
+        for cell, runs, values, lag_estimate, diff_estimate in zip(
+            cells, n_runs, recovered, mean_cis(recovered), mean_cis(diffs), strict=True
+        )
+    ]
     return pd.DataFrame.from_records(records)
 
 
@@ -401,16 +422,16 @@ COST_METRICS = (
 def summarize_costs(costs: pd.DataFrame) -> pd.DataFrame:
     """Mean over seeds with 95% CI of every per-run cost metric, per condition (long format)."""
     groups = dict(iter(costs.groupby(CONDITION, sort=False))) if len(costs) else {}
-    records = []
+    cells, samples = [], []
     for setting in settings(costs):
         for method in sorted_methods(m for e, v, m in groups if (e, v) == setting):
             of_method = groups[(*setting, method)]
             for metric in COST_METRICS:
-                values = of_method[metric].dropna().to_numpy(dtype=float)
-                records.append(
+                cells.append(
                     {"experiment": setting[0], "env": setting[1], "memory": method, "metric": metric}
-                    | _estimate_columns(mean_ci(values))
                 )
+                samples.append(of_method[metric].dropna().to_numpy(dtype=float))
+    records = [c | _estimate_columns(e) for c, e in zip(cells, mean_cis(samples), strict=True)]
     return pd.DataFrame.from_records(records)
 
 
@@ -458,18 +479,18 @@ def sweep_success(per_seed: pd.DataFrame, runs: pd.DataFrame, params: list[str])
     ]
     for param, name in zip(params, names, strict=True):
         overall[name] = [configs[r].get(param, np.nan) for r in overall["run"]]
-    records = []
+    cells, samples = [], []
     for env in sorted_envs(overall["env"]):
         of_env = overall[overall["env"] == env]
         for method in sorted_methods(of_env["memory"]):
             of_method = of_env[of_env["memory"] == method]
             for point, group in of_method.groupby(names, sort=True, dropna=False):
                 point = point if isinstance(point, tuple) else (point,)
-                records.append(
-                    {"env": env, "memory": method}
-                    | dict(zip(names, (float(x) for x in point), strict=True))
-                    | _estimate_columns(mean_ci(group["success"].to_numpy(dtype=float)))
+                cells.append(
+                    {"env": env, "memory": method} | dict(zip(names, (float(x) for x in point), strict=True))
                 )
+                samples.append(group["success"].to_numpy(dtype=float))
+    records = [c | _estimate_columns(e) for c, e in zip(cells, mean_cis(samples), strict=True)]
     return pd.DataFrame.from_records(records)
 
 

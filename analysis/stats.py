@@ -5,15 +5,20 @@ say), never individual episodes, because episodes within a run are not independe
 
 All randomness is seeded (`seed`, fixed `n_resamples`), so the same inputs give the same intervals and
 p-values on every machine and every rerun; the tables built from them are byte-identical.
+
+Intervals are computed for many cells at once (`bootstrap_cis`, `mean_cis`, `paired_comparisons`): a
+fresh generator with the same seed draws the same resample indices for every cell of a given size, so
+they are drawn once and applied to all those cells together, which gives each cell exactly the numbers
+of `scipy.stats.bootstrap` on that cell alone (the tests check this to the last bit).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
-import scipy.stats
+from scipy.special import ndtr, ndtri
 
 CONFIDENCE_LEVEL = 0.95
 N_RESAMPLES = 9999
@@ -21,6 +26,9 @@ SEED = 0
 #: Largest number of pairs for which the sign-flip null distribution is enumerated exactly (2**16 sign
 #: patterns); above it the test draws `n_resamples` random sign patterns.
 EXACT_MAX_PAIRS = 16
+METHODS = ("bca", "percentile", "basic")
+#: Resampled values per batch of cells (2**22 floats, 32 MB per array): bounds the memory of a batch.
+_BATCH_VALUES = 2**22
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,191 @@ def _as_samples(samples: Sequence[Sequence[float]]) -> list[np.ndarray]:
     return arrays
 
 
+def _jackknife_indices(n: int) -> np.ndarray:
+    """Row k: the indices 0 .. n-1 without k (as scipy's jackknife builds them)."""
+    return np.broadcast_to(np.arange(n), (n, n))[~np.eye(n, dtype=bool)].reshape(n, n - 1)
+
+
+def _resampled(
+    data: list[np.ndarray], statistic: Callable, paired: bool, n_resamples: int, seed: int
+) -> np.ndarray:
+    """The bootstrap distribution of every row, (rows, n_resamples), drawn as scipy draws it.
+
+    `np.take` lays each row's resamples out contiguously, as scipy's indexing does for a single cell:
+    numpy sums a non-contiguous row in another order, which can change the last bit.
+    """
+    rng = np.random.default_rng(seed)
+    if paired:
+        n = data[0].shape[-1]
+        indices = rng.integers(0, n, (n_resamples, n))
+        return statistic(*(np.take(sample, indices, axis=-1) for sample in data), axis=-1)
+    resamples = []
+    for sample in data:  # one draw per sample, in order
+        n = sample.shape[-1]
+        resamples.append(np.take(sample, rng.integers(0, n, (n_resamples, n)), axis=-1))
+    return statistic(*resamples, axis=-1)
+
+
+def _jackknife(data: list[np.ndarray], statistic: Callable, paired: bool) -> list[np.ndarray]:
+    """Leave-one-out statistics of every row, one (rows, n_j) array per resampled sample."""
+    if paired:
+        indices = _jackknife_indices(data[0].shape[-1])
+        return [statistic(*(np.take(sample, indices, axis=-1) for sample in data), axis=-1)]
+    thetas = []
+    for j, sample in enumerate(data):
+        indices = _jackknife_indices(sample.shape[-1])
+        samples = [s[:, None, :] for s in data]
+        samples[j] = np.take(sample, indices, axis=-1)
+        shape = (sample.shape[0], len(indices))
+        thetas.append(statistic(*(np.broadcast_to(s, shape + s.shape[-1:]) for s in samples), axis=-1))
+    return thetas
+
+
+def _bca_levels(
+    data: list[np.ndarray], statistic: Callable, paired: bool, theta_b: np.ndarray, alpha: float
+) -> np.ndarray:
+    """The BCa interval's quantile levels of every row, (rows, 2), with scipy's formulas.
+
+    The acceleration's power is taken per row on scalars, as scipy takes it for a single cell: numpy's
+    vectorised power can differ from the scalar one in the last bit.
+    """
+    theta_hat = statistic(*data, axis=-1)[:, None]
+    below = np.count_nonzero(theta_b < theta_hat, axis=-1) + np.count_nonzero(theta_b <= theta_hat, axis=-1)
+    z0 = ndtri(below.astype(theta_hat.dtype) / (2 * theta_b.shape[-1]))
+    nums, dens = 0, 0
+    for theta_i in _jackknife(data, statistic, paired):
+        n = float(theta_i.shape[-1])
+        u = (n - 1) * (np.mean(theta_i, axis=-1, keepdims=True) - theta_i)
+        nums = nums + np.sum(u**3, axis=-1) / n**3
+        dens = dens + np.sum(u**2, axis=-1) / n**2
+    a_hat = 1 / 6 * nums / np.array([d ** (3 / 2) for d in dens])
+    z_alpha = float(ndtri(alpha))
+    levels = []
+    for z in (z_alpha, -z_alpha):
+        shifted = z0 + z
+        levels.append(ndtr(z0 + shifted / (1 - a_hat * shifted)))
+    return np.stack(levels, axis=-1)
+
+
+def _quantiles(values: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    """`scipy.stats.quantile(values, levels, axis=-1)` (its default "linear" method, NaNs propagated),
+    spelled out so that the analysis does not import scipy.stats (a second of start-up)."""
+    y = np.sort(values, axis=-1)
+    n = float(y.shape[-1])
+    invalid = (levels > 1) | (levels < 0) | np.isnan(levels)
+    p = np.where(invalid, 0.5, levels)
+    jg = p * n + (1 - p)
+    jp1 = jg // 1
+    j = jp1 - 1
+    g = np.where(j < 0, 0.0, jg % 1)
+    below = np.take_along_axis(y, np.clip(j, 0.0, n - 1).astype(np.int64), axis=-1)
+    above = np.take_along_axis(y, np.clip(jp1, 0.0, n - 1).astype(np.int64), axis=-1)
+    result = (1 - g) * below + g * above
+    result[invalid | np.isnan(values).any(axis=-1, keepdims=True)] = np.nan
+    return result
+
+
+def _batch_intervals(
+    data: list[np.ndarray],
+    statistic: Callable,
+    *,
+    paired: bool,
+    confidence_level: float,
+    n_resamples: int,
+    seed: int,
+    method: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) of every row of `data` (each sample stacked as rows x n), as scipy.stats.bootstrap
+    computes the interval of one row."""
+    theta_b = _resampled(data, statistic, paired, n_resamples, seed)
+    alpha = (1 - confidence_level) / 2
+    if method == "bca":
+        levels = _bca_levels(data, statistic, paired, theta_b, alpha)
+    else:
+        levels = np.broadcast_to(np.array([alpha, 1 - alpha]), (len(theta_b), 2))
+    ci = _quantiles(theta_b, levels)
+    low, high = ci[..., 0], ci[..., 1]
+    if method == "basic":
+        theta_hat = statistic(*data, axis=-1)
+        low, high = 2 * theta_hat - high, 2 * theta_hat - low
+    return low, high
+
+
+def _batches(cells: list[list[np.ndarray]], estimates: list[Estimate], n_resamples: int) -> list[list[int]]:
+    """Indices of the cells to resample, grouped by sample lengths and cut to bound the memory."""
+    by_lengths: dict[tuple[int, ...], list[int]] = {}
+    for i, (arrays, estimate) in enumerate(zip(cells, estimates, strict=True)):
+        if estimate.n >= 2 and any(np.ptp(a) != 0 for a in arrays):
+            by_lengths.setdefault(tuple(len(a) for a in arrays), []).append(i)
+    batches = []
+    for lengths, members in by_lengths.items():
+        rows = max(1, _BATCH_VALUES // (n_resamples * sum(lengths)))
+        batches += [members[start : start + rows] for start in range(0, len(members), rows)]
+    return batches
+
+
+def _validated(items: Sequence[Sequence[Sequence[float]]], paired: bool) -> list[list[np.ndarray]]:
+    cells = [_as_samples(samples) for samples in items]
+    if paired and any(len(a) != len(arrays[0]) for arrays in cells for a in arrays):
+        raise ValueError("samples: paired samples must have equal lengths")
+    return cells
+
+
+def bootstrap_cis(
+    items: Sequence[Sequence[Sequence[float]]],
+    statistic: Callable[..., np.ndarray],
+    *,
+    paired: bool = False,
+    confidence_level: float = CONFIDENCE_LEVEL,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = SEED,
+    method: str = "BCa",
+) -> list[Estimate]:
+    """`bootstrap_ci` of every item (a sequence of samples), identical to one call per item.
+
+    Items whose samples have the same lengths are resampled together, in batches of bounded memory:
+    every batch draws from a fresh generator seeded with `seed`, so each item sees the resample indices
+    that `scipy.stats.bootstrap` would draw for it alone, and the resamples are drawn once per batch
+    instead of once per cell.
+    """
+    if not 0 < confidence_level < 1:
+        raise ValueError(f"confidence_level: must be in (0, 1), got {confidence_level}")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples: must be >= 1, got {n_resamples}")
+    if method.lower() not in METHODS:
+        raise ValueError(f"method: must be one of {', '.join(METHODS)}, got {method!r}")
+    cells = _validated(items, paired)
+    estimates = [_unresampled(arrays, statistic) for arrays in cells]
+    for batch in _batches(cells, estimates, n_resamples):
+        low, high = _batch_intervals(
+            [np.stack(samples) for samples in zip(*(cells[i] for i in batch), strict=True)],
+            statistic,
+            paired=paired,
+            confidence_level=float(confidence_level),
+            n_resamples=n_resamples,
+            seed=seed,
+            method=method.lower(),
+        )
+        for row, i in enumerate(batch):
+            estimates[i] = replace(estimates[i], low=float(low[row]), high=float(high[row]))
+    return estimates
+
+
+def _unresampled(arrays: list[np.ndarray], statistic: Callable) -> Estimate:
+    """The estimate of a cell without resampling, final unless n >= 2 and some sample varies.
+
+    With fewer than two values the interval is NaN (a single seed says nothing about spread); when
+    every sample is constant it collapses to the point estimate (BCa would otherwise return NaN).
+    """
+    n = min(len(a) for a in arrays)
+    if n == 0:
+        return Estimate(float("nan"), float("nan"), float("nan"), 0)
+    point = float(statistic(*arrays, axis=-1))
+    if n < 2:
+        return Estimate(point, float("nan"), float("nan"), n)
+    return Estimate(point, point, point, n)
+
+
 def bootstrap_ci(
     samples: Sequence[Sequence[float]],
     statistic: Callable[..., np.ndarray],
@@ -71,44 +264,44 @@ def bootstrap_ci(
     seed: int = SEED,
     method: str = "BCa",
 ) -> Estimate:
-    """Point estimate and bootstrap CI of `statistic(*samples, axis=-1)` via `scipy.stats.bootstrap`.
+    """Point estimate and bootstrap CI of `statistic(*samples, axis=-1)`, as `scipy.stats.bootstrap`.
 
     `statistic` must be vectorised (accept `axis`). With `paired=True` the samples are resampled
-    together (matched seeds). Degenerate inputs are answered without resampling: with fewer than two
-    values the interval is NaN (a single seed says nothing about spread); when every sample is constant
-    the interval collapses to the point estimate (BCa would otherwise return NaN).
+    together (matched seeds). Degenerate inputs are answered without resampling (see
+    `_unresampled`).
     """
-    if not 0 < confidence_level < 1:
-        raise ValueError(f"confidence_level: must be in (0, 1), got {confidence_level}")
-    if n_resamples < 1:
-        raise ValueError(f"n_resamples: must be >= 1, got {n_resamples}")
-    arrays = _as_samples(samples)
-    n = min(len(a) for a in arrays)
-    if paired and any(len(a) != n for a in arrays):
-        raise ValueError("samples: paired samples must have equal lengths")
-    if n == 0:
-        return Estimate(float("nan"), float("nan"), float("nan"), 0)
-    point = float(statistic(*arrays, axis=-1))
-    if n < 2:
-        return Estimate(point, float("nan"), float("nan"), n)
-    if all(np.ptp(a) == 0 for a in arrays):
-        return Estimate(point, point, point, n)
-    result = scipy.stats.bootstrap(
-        tuple(arrays),
+    return bootstrap_cis(
+        [samples],
         statistic,
         paired=paired,
-        vectorized=True,
         confidence_level=confidence_level,
         n_resamples=n_resamples,
+        seed=seed,
         method=method,
-        rng=np.random.default_rng(seed),
-    )
-    ci = result.confidence_interval
-    return Estimate(point, float(ci.low), float(ci.high), n)
+    )[0]
 
 
 def _mean(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.mean(x, axis=axis)
+
+
+def mean_cis(
+    values: Sequence[Sequence[float]],
+    *,
+    confidence_level: float = CONFIDENCE_LEVEL,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = SEED,
+    method: str = "BCa",
+) -> list[Estimate]:
+    """`mean_ci` of each sequence of per-seed values, all cells batched (see `bootstrap_cis`)."""
+    return bootstrap_cis(
+        [(v,) for v in values],
+        _mean,
+        confidence_level=confidence_level,
+        n_resamples=n_resamples,
+        seed=seed,
+        method=method,
+    )
 
 
 def mean_ci(
@@ -120,14 +313,9 @@ def mean_ci(
     method: str = "BCa",
 ) -> Estimate:
     """Mean over seeds with its bootstrap CI (see `bootstrap_ci` for n = 1 and constant inputs)."""
-    return bootstrap_ci(
-        (values,),
-        _mean,
-        confidence_level=confidence_level,
-        n_resamples=n_resamples,
-        seed=seed,
-        method=method,
-    )
+    return mean_cis(
+        [values], confidence_level=confidence_level, n_resamples=n_resamples, seed=seed, method=method
+    )[0]
 
 
 def sign_flip_pvalue(diffs: Sequence[float], *, n_resamples: int = N_RESAMPLES, seed: int = SEED) -> float:
@@ -178,6 +366,34 @@ def cohens_dz(diffs: Sequence[float]) -> float:
     return mean / float(d.std(ddof=1))
 
 
+def paired_comparisons(
+    pairs: Sequence[tuple[Sequence[float], Sequence[float]]],
+    *,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = SEED,
+) -> list[PairedComparison]:
+    """`paired_comparison` of every (a, b), with the bootstrap CIs of all pairs batched."""
+    arrays = []
+    for a, b in pairs:
+        x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+        if x.shape != y.shape or x.ndim != 1:
+            raise ValueError("a, b: need two one-dimensional arrays of matched seeds of equal length")
+        arrays.append((x, y))
+    diffs = [x - y for x, y in arrays]
+    cis = mean_cis(diffs, n_resamples=n_resamples, seed=seed)
+    return [
+        PairedComparison(
+            n=len(d),
+            mean_a=float(x.mean()) if len(x) else float("nan"),
+            mean_b=float(y.mean()) if len(y) else float("nan"),
+            diff=ci,
+            p_value=sign_flip_pvalue(d, n_resamples=n_resamples, seed=seed),
+            d_z=cohens_dz(d),
+        )
+        for (x, y), d, ci in zip(arrays, diffs, cis, strict=True)
+    ]
+
+
 def paired_comparison(
     a: Sequence[float], b: Sequence[float], *, n_resamples: int = N_RESAMPLES, seed: int = SEED
 ) -> PairedComparison:
@@ -187,18 +403,7 @@ def paired_comparison(
     differences), the two-sided sign-flip p-value (exact up to EXACT_MAX_PAIRS seeds; with fewer than 6
     seeds p < 0.05 is impossible) and Cohen's d_z.
     """
-    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if x.shape != y.shape or x.ndim != 1:
-        raise ValueError("a, b: need two one-dimensional arrays of matched seeds of equal length")
-    d = x - y
-    return PairedComparison(
-        n=len(d),
-        mean_a=float(x.mean()) if len(x) else float("nan"),
-        mean_b=float(y.mean()) if len(y) else float("nan"),
-        diff=mean_ci(d, n_resamples=n_resamples, seed=seed),
-        p_value=sign_flip_pvalue(d, n_resamples=n_resamples, seed=seed),
-        d_z=cohens_dz(d),
-    )
+    return paired_comparisons([(a, b)], n_resamples=n_resamples, seed=seed)[0]
 
 
 def holm(pvalues: Sequence[float]) -> np.ndarray:
