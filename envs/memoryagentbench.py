@@ -74,19 +74,25 @@ def _parsed(source: str, folder: str | None) -> ParsedSource:
 
 def load_parsed_source(source: str, data_dir: str | os.PathLike | None = None) -> ParsedSource:
     """A source's parsed facts, questions and coverage (parsed once per process and data folder)."""
+    return _parsed(source, _folder(data_dir))
+
+
+def _folder(data_dir: str | os.PathLike | None) -> str | None:
+    """The data folder as the per-source caches key it (None: online)."""
     folder = local_data_dir(data_dir)
-    return _parsed(source, str(folder) if folder else None)
+    return str(folder) if folder else None
 
 
 @functools.lru_cache(maxsize=8)
-def _fact_index(parsed: ParsedSource) -> tuple[dict, dict, dict]:
-    """For trials, built once per source (not per seed): key -> serials and values of its facts, oldest
-    first; relation -> the first serial of each of its keys and the keys, in that order; key -> its
-    index in its relation's list."""
+def _fact_index(source: str, folder: str | None) -> tuple[dict, dict, dict]:
+    """For trials, built once per source (not per seed; keyed by the source's name, since hashing its
+    parsed lines cost every seed tens of ms): key -> serials and values of its facts, oldest first;
+    relation -> the first serial of each of its keys and the keys, in that order; key -> its index in
+    its relation's list."""
     history: dict[Hashable, tuple[list[int], list[str]]] = {}
     relation_keys: dict[str, tuple[list[int], list[Hashable]]] = defaultdict(lambda: ([], []))
     index_in_relation: dict[Hashable, int] = {}
-    for line in parsed.lines:
+    for line in _parsed(source, folder).lines:
         if line.fact:
             key = (line.fact.subject, line.fact.relation)
             if key not in history:
@@ -98,6 +104,13 @@ def _fact_index(parsed: ParsedSource) -> tuple[dict, dict, dict]:
             history[key][0].append(line.serial)
             history[key][1].append(line.fact.object)
     return history, dict(relation_keys), index_in_relation
+
+
+@functools.lru_cache(maxsize=16)
+def _ingest_tasks(source: str, folder: str | None, chunk_size: int) -> tuple[Task, ...]:
+    """A source's ingest tasks, built once per source and chunk size (not per seed): nothing changes
+    them, and building a 262k source's 18k observations again for every stream was most of its setup."""
+    return tuple(_ingest_task(chunk) for chunk in _chunk(_parsed(source, folder).lines, chunk_size))
 
 
 class MemoryAgentBench:
@@ -113,16 +126,17 @@ class MemoryAgentBench:
     ):
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"chunk_size: must be a positive number of tokens, got {chunk_size!r}")
-        parsed = load_parsed_source(source, data_dir)
+        folder = _folder(data_dir)
+        parsed = _parsed(source, folder)
         self._question_templates = load_mquake_templates(data_dir).question
         self.source = source
         self.chunk_size = chunk_size
         self.coverage = parsed.coverage
         self._questions = parsed.questions
         self._qa_ids = parsed.record.qa_pair_ids
-        self._chunks = _chunk(parsed.lines, chunk_size)
+        self._ingest = _ingest_tasks(source, folder, chunk_size)
         self._first_question_t = parsed.lines[-1].serial + 1 if parsed.lines else 0
-        self._history, self._relation_keys, self._index_in_relation = _fact_index(parsed)
+        self._history, self._relation_keys, self._index_in_relation = _fact_index(source, folder)
         self.reset(0)
 
     def reset(self, seed: int) -> None:
@@ -133,16 +147,9 @@ class MemoryAgentBench:
     def tasks(self) -> Iterator[Task]:
         """The ingest chunks in serial order, then the questions (see the module docstring)."""
         self._shown = -1
-        for chunk in self._chunks:
-            self._shown = chunk[-1].serial
-            yield Task(
-                key=None,
-                text="\n".join(line.text for line in chunk),
-                phase="ingest",
-                t=chunk[0].serial,
-                observe=tuple(_observation(line) for line in chunk),
-                decide=False,
-            )
+        for task in self._ingest:
+            self._shown = task.observe[-1].t
+            yield task
         for i, question in enumerate(self._questions):
             meta: dict[str, Any] = {
                 "golds": list(question.golds),
@@ -211,6 +218,17 @@ class MemoryAgentBench:
         serials, values = self._history.get(key, ((), ()))
         i = bisect.bisect_right(serials, self._shown)
         return values[i - 1] if i else None
+
+
+def _ingest_task(chunk: tuple[FactLine, ...]) -> Task:
+    return Task(
+        key=None,
+        text="\n".join(line.text for line in chunk),
+        phase="ingest",
+        t=chunk[0].serial,
+        observe=tuple(_observation(line) for line in chunk),
+        decide=False,
+    )
 
 
 def _observation(line: FactLine) -> Observation:

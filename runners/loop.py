@@ -4,6 +4,8 @@ retrieve -> render -> backend -> parse -> execute -> observe / feedback -> one r
 A multi-hop question (`meta["hops"]`) is answered hop by hop: each hop retrieves by (entity, relation),
 asks the model, and the answer becomes the next hop's entity.
 
+While streams run, the garbage collector leaves alone what existed before (`_QuietCollector`).
+
 A stream can be *replayed*: records logged by an interrupted run feed their replies back instead of
 calling the model, so the environment and memory are rebuilt exactly (and for free) before the loop
 carries on where it stopped.
@@ -11,8 +13,10 @@ carries on where it stopped.
 
 from __future__ import annotations
 
+import functools
+import gc
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +28,8 @@ from tepa.evidence import Evidence, Query
 from tepa.protocol import Memory
 
 COUNTERS = ("promotions", "revocations", "repromotions", "trials", "trial_passes")
+# Young-generation collection threshold while streams run (CPython's default: 700).
+STREAM_GC_THRESHOLD = 20_000
 
 
 class ReplayMismatch(RuntimeError):
@@ -34,6 +40,60 @@ class ReplayMismatch(RuntimeError):
 class StreamResult:
     records: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        """Counts only: `asyncio.run` reprs its main task's result on the way out (Python 3.11), and
+        the full repr of a 262k TEPA stream's events took about 0.15 s."""
+        return f"StreamResult({len(self.records)} records, {len(self.events)} events)"
+
+
+class _QuietCollector:
+    """While streams run, the objects that existed before the first one are frozen (`gc.freeze`: never
+    scanned again) and the young generation is collected less often.
+
+    A fact-heavy stream builds tens of thousands of long-lived objects; each time they filled the oldest
+    generation the collector rescanned everything in the process (the parsed sources, the memories of
+    the seeds run before): close to half of a 262k TEPA stream's time. The collector is restored when
+    the last running stream ends, and collects what became garbage meanwhile as usual. Objects someone
+    else froze stay frozen.
+    """
+
+    def __init__(self) -> None:
+        self._running = 0
+        self._threshold = gc.get_threshold()
+        self._froze = False
+
+    def __enter__(self) -> None:
+        if self._running == 0:
+            self._threshold = gc.get_threshold()
+            young, *older = self._threshold
+            self._froze = gc.get_freeze_count() == 0
+            if self._froze:
+                gc.freeze()
+            if 0 < young < STREAM_GC_THRESHOLD:  # 0: automatic collection is off, leave it so
+                gc.set_threshold(STREAM_GC_THRESHOLD, *older)
+        self._running += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self._running -= 1
+        if self._running == 0:
+            gc.set_threshold(*self._threshold)
+            if self._froze:
+                gc.unfreeze()
+
+
+_QUIET_COLLECTOR = _QuietCollector()
+
+
+def _quiet_collector(run: Callable[..., Awaitable[StreamResult]]) -> Callable[..., Awaitable[StreamResult]]:
+    """`run`, with the collector quiet while it runs (`_QuietCollector`)."""
+
+    @functools.wraps(run)
+    async def quiet(*args: Any, **kwargs: Any) -> StreamResult:
+        with _QUIET_COLLECTOR:
+            return await run(*args, **kwargs)
+
+    return quiet
 
 
 def _logged_replies(rec: dict[str, Any]) -> Iterator[Reply]:
@@ -95,6 +155,7 @@ async def _decide(task: Task, memory: Memory, ask: Callable[[Task, list[Evidence
     return d
 
 
+@_quiet_collector
 async def run_stream(
     env: Environment,
     memory: Memory,

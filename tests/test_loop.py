@@ -1,6 +1,7 @@
-"""The agent loop: scoring of bad replies, replay without model calls, multi-hop questions."""
+"""The agent loop: scoring of bad replies, replay without model calls, multi-hop questions, the collector."""
 
 import asyncio
+import gc
 from collections.abc import Iterator
 
 import pytest
@@ -9,7 +10,7 @@ from baselines.append_only import AppendOnly
 from envs.base import Outcome, Task
 from envs.controlled_drift import ControlledDrift
 from runners.backend import Reply, Request
-from runners.loop import ReplayMismatch, run_stream
+from runners.loop import STREAM_GC_THRESHOLD, ReplayMismatch, run_stream
 from runners.simulated import SimulatedBackend
 from tepa import Observation
 from tepa.tepa_rev import TEPARev
@@ -125,3 +126,48 @@ def test_multi_hop_questions_follow_the_chain_through_memory():
     assert backend.stats()["calls"] == 2
     replayed = run(TwoHops(), TEPARev(), NeverCalled([]), replay=res.records)
     assert replayed.records == res.records
+
+
+class Watched(ControlledDrift):
+    """Controlled drift that notes the collector's state at each episode and can fail at one."""
+
+    def __init__(self, seen, fail_at=None, **kw):
+        super().__init__(**kw)
+        self.seen, self.fail_at = seen, fail_at
+
+    def execute(self, task, action):
+        self.seen.append((gc.get_freeze_count() > 0, gc.get_threshold()[0]))
+        if task.t == self.fail_at:
+            raise RuntimeError("stream failed")
+        return super().execute(task, action)
+
+
+class Yielding(SimulatedBackend):
+    """The simulated reader, but it lets other streams run while it 'waits', as a real endpoint does."""
+
+    async def complete(self, request):
+        await asyncio.sleep(0)
+        return await super().complete(request)
+
+
+def test_the_collector_is_quiet_while_streams_run_and_restored_after():
+    before = (gc.get_threshold(), gc.get_freeze_count())
+    seen = []
+    run(Watched(seen, phase_length=3), AppendOnly(), SimulatedBackend())
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+    with pytest.raises(RuntimeError, match="stream failed"):
+        run(Watched(seen, fail_at=2, phase_length=3), AppendOnly(), SimulatedBackend())
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+
+    async def overlapping():  # the collector is restored when the last of them ends, not the first
+        return await asyncio.gather(
+            *(
+                run_stream(Watched(seen, phase_length=n), AppendOnly(), Yielding(), seed=0, labels={})
+                for n in (2, 5)
+            )
+        )
+
+    asyncio.run(overlapping())
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+    assert len(seen) == 12 + 3 + 8 + 20
+    assert set(seen) == {(True, STREAM_GC_THRESHOLD)}  # frozen, young generation collected less often
