@@ -9,17 +9,23 @@ text and the evidence text, best `top_k` kept, then put back in chronological or
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 import operator
 import re
 from collections import Counter
 from collections.abc import Iterable
+from itertools import count, repeat
 
 from tepa.evidence import Evidence, Query
 
 DEFAULT_TOP_K = 8
 _chronological = operator.attrgetter("t", "ref")
 _TOKEN = re.compile(r"[a-z0-9]+")
+_TOKENS_BY_ITEM: dict[int, tuple[Evidence, tuple[str, ...]]] = {}  # see _evidence_tokens
+_TOKENS_BY_ITEM_SIZE = 1 << 16
+_second = operator.itemgetter(1)
+_Shape = tuple[int, tuple[str, ...]]  # a document's length and its query-term tokens, in document order
 
 
 def tokenize(text: str) -> list[str]:
@@ -28,32 +34,75 @@ def tokenize(text: str) -> list[str]:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _doc_terms(doc: str) -> tuple[int, tuple[str, ...], frozenset[str]]:
-    """A document's length in tokens, its tokens and its distinct tokens. Cached: text retrieval scores
-    the same stored evidence query after query, and tokenising it is most of BM25's cost."""
-    toks = tuple(tokenize(doc))
-    return len(toks), toks, frozenset(toks)
+def _doc_tokens(doc: str) -> tuple[str, ...]:
+    """A document's tokens. Cached: text retrieval scores the same stored evidence query after query."""
+    return tuple(tokenize(doc))
+
+
+def _evidence_tokens(items: list[Evidence]) -> list[tuple[str, ...]]:
+    """The tokens of each item's document (key, value and text).
+
+    Cached by the item's identity, because memories hand the same Evidence objects to query after query
+    and building each document's text (`str` of a tuple key) cost more than scoring it. Each entry holds
+    its item, so an id found in the cache is that item's (a live object's id is unique), and items are
+    immutable tuples, so their tokens cannot go stale. The cache is emptied when full; misses still
+    find the document's tokens in `_doc_tokens`.
+    """
+    cache = _TOKENS_BY_ITEM
+    found = list(map(cache.get, map(id, items)))
+    if None in found:
+        if len(cache) + len(items) > _TOKENS_BY_ITEM_SIZE:
+            cache.clear()
+        for i, entry in enumerate(found):
+            if entry is None:
+                e = items[i]
+                found[i] = cache[id(e)] = (e, _doc_tokens(f"{e.key} {e.value} {e.text}"))
+    return list(map(_second, found))
 
 
 def bm25_scores(query: str, docs: list[str], k1: float = 1.5, b: float = 0.75) -> list[float]:
     """Okapi BM25 score of each document for the query (idf with the usual +1 smoothing)."""
+    return _bm25(query, [_doc_tokens(d) for d in docs], k1, b)
+
+
+def _bm25(query: str, docs: list[tuple[str, ...]], k1: float = 1.5, b: float = 0.75) -> list[float]:
+    """`bm25_scores` of tokenised documents.
+
+    A document's score depends only on its length and its query-term tokens in document order (its
+    *shape*), and a large memory of templated facts has few shapes: each is scored once per call, with
+    the same float operations in the same order as scoring every document on its own.
+    """
     q_terms = set(tokenize(query))
     if not docs or not q_terms:
         return [0.0] * len(docs)
-    terms = [_doc_terms(d) for d in docs]
-    n = len(docs)
-    avgdl = sum(length for length, _, _ in terms) / n or 1.0
-    df = Counter(term for _, _, distinct in terms for term in distinct & q_terms)
-    idf = {term: math.log(1.0 + (n - df[term] + 0.5) / (df[term] + 0.5)) for term in q_terms}
-    scores = []
-    for length, toks, distinct in terms:
-        if distinct.isdisjoint(q_terms):
-            scores.append(0)  # what the sum below gives for a document without a query term
-            continue
-        tf = Counter(w for w in toks if w in q_terms)
-        norm = k1 * (1.0 - b + b * length / avgdl)
-        scores.append(sum(idf[w] * c * (k1 + 1.0) / (c + norm) for w, c in tf.items()))
-    return scores
+    lengths = list(map(len, docs))
+    avgdl = sum(lengths) / len(docs) or 1.0
+    hits = map(tuple, map(filter, repeat(q_terms.__contains__), docs))
+    first: dict[_Shape, int] = {}  # shape -> index of its first document, the shape's id
+    shape_of = list(map(first.setdefault, zip(lengths, hits, strict=True), count()))  # as first indices
+    idf = _idf(q_terms, first, Counter(shape_of), len(docs))
+    score = {i: _shape_score(shape, idf, avgdl, k1, b) for shape, i in first.items()}
+    return list(map(score.__getitem__, shape_of))
+
+
+def _idf(q_terms: set[str], first: dict[_Shape, int], n_docs: Counter, n: int) -> dict[str, float]:
+    """Smoothed idf of each query term, with document frequencies counted per shape (`first`: shape ->
+    id; `n_docs`: id -> its number of documents) rather than per document."""
+    df: Counter = Counter()
+    for (_, hits), i in first.items():
+        for term in set(hits):
+            df[term] += n_docs[i]
+    return {term: math.log(1.0 + (n - df[term] + 0.5) / (df[term] + 0.5)) for term in q_terms}
+
+
+def _shape_score(shape: _Shape, idf: dict[str, float], avgdl: float, k1: float, b: float) -> float:
+    """BM25 of a document of this shape: term frequencies in order of first occurrence, summed in that
+    order (the order scoring the document itself would use, so the float is the same)."""
+    length, hits = shape
+    if not hits:
+        return 0  # what the sum below gives for a document without a query term
+    norm = k1 * (1.0 - b + b * length / avgdl)
+    return sum(idf[w] * c * (k1 + 1.0) / (c + norm) for w, c in Counter(hits).items())
 
 
 def rank(candidates: Iterable[Evidence], query: Query, top_k: int = DEFAULT_TOP_K) -> list[Evidence]:
@@ -70,7 +119,19 @@ def rank(candidates: Iterable[Evidence], query: Query, top_k: int = DEFAULT_TOP_
     items = list(candidates)
     if not items or top_k <= 0:
         return []
-    scores = bm25_scores(query.text, [f"{e.key} {e.value} {e.text}" for e in items])
-    order = sorted(range(len(items)), key=lambda i: (-scores[i], -items[i].t, -items[i].ref))
-    best = [items[i] for i in order[:top_k] if scores[i] > 0.0]
+    scores = _bm25(query.text, _evidence_tokens(items))
+    best = [items[i] for i in _top(scores, items, top_k)]
     return sorted(best, key=_chronological)
+
+
+def _top(scores: list[float], items: list[Evidence], top_k: int) -> list[int]:
+    """Indices of the best `top_k` positive scores: higher score first, then later `t`, then higher
+    `ref`, then earlier position. Only items scoring at least the k-th best score can be among them, so
+    only those are sorted rather than the whole memory."""
+    cut = heapq.nlargest(top_k, scores)[-1]
+    if cut > 0.0:
+        picked = [i for i, s in enumerate(scores) if s >= cut]
+    else:
+        picked = [i for i, s in enumerate(scores) if s > 0.0]
+    picked.sort(key=lambda i: (-scores[i], -items[i].t, -items[i].ref))
+    return picked[:top_k]
