@@ -1,6 +1,5 @@
 """Every environment follows the one protocol and knows its length (progress bars use it)."""
 
-
 import pytest
 from shared_data import DATA_DIR
 
