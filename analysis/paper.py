@@ -87,7 +87,7 @@ PAPER_NUMBERS: tuple[PaperNumber, ...] = (
     _mab("mh_6k", "tepa_rev", 0.040),
     _mab("sh_262k", "tepa_rev", 0.000),
 )
-"""The TEPA paper's numbers (DESIGN section 9). TEPA in the drift and MemoryAgentBench settings is the
+"""The TEPA paper's numbers. TEPA in the drift and MemoryAgentBench settings is the
 default variant, TEPA-Rev; in the preference stream the paper reports TEPA-Full."""
 
 PUBLISHED_SYSTEMS: tuple[PaperNumber, ...] = (

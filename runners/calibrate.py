@@ -7,7 +7,7 @@ writes `calibration.{json,md}` and `sensitivity.{json,md}` to `--out`. It never 
 reports the grid point the procedure selects next to the configured defaults (conf/llm/simulated.yaml,
 conf/env/*.yaml), so that a mismatch is visible instead of silently fixed.
 
-The procedure (DESIGN section 6: global parameters, calibrated once for all methods and settings, on No
+The procedure (global parameters, calibrated once for all methods and settings, on No
 Memory and Oracle Reset, never per method):
 
 - Targets: No Memory's paper numbers (`analysis.paper`) in the three drift settings, and, for Oracle

@@ -147,7 +147,7 @@ class ReactiveConfig(MemoryConfig):
 
 @dataclass
 class TEPARevConfig(MemoryConfig):
-    """The precedent lifecycle's thresholds (DESIGN.md section 3). Posterior mean m = (a0 + s) /
+    """The precedent lifecycle's thresholds. Posterior mean m = (a0 + s) /
     (a0 + b0 + s + f); revoke when s + f >= n_min and m < theta_rev, or when the last m_rec of the
     last W uses succeed less than theta_rec of the time; promote when m > theta_pro."""
 

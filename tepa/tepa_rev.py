@@ -7,7 +7,7 @@ from tepa.lifecycle import PrecedentMemory
 
 
 class TEPARev(PrecedentMemory):
-    """Revocable evidence memory (DESIGN section 3, TEPA-Rev); rules in `tepa.lifecycle`.
+    """Revocable evidence memory (TEPA-Rev); rules in `tepa.lifecycle`.
 
     Keyword arguments (all sweepable): a0, b0 (Beta prior, > 0), n_min (observations before the posterior
     may revoke), theta_rev, theta_pro, theta_rec (thresholds in [0, 1]), W (recent-outcome window),

@@ -179,7 +179,7 @@ def test_formatting_is_fixed():
 
 
 def test_analysis_reads_logs_only():
-    """The analysis must not import the harness it analyses (DESIGN: analysis -> reads logs only)."""
+    """The analysis must not import the harness it analyses (the analysis reads logs only)."""
     code = (
         "import sys, analysis.__main__; "
         "harness = {'envs', 'runners', 'tepa', 'baselines'}; "
