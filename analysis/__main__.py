@@ -10,7 +10,7 @@ from pathlib import Path
 
 from analysis.figures import make_figures
 from analysis.load import load_runs
-from analysis.metrics import DEFAULT_TOLERANCE, DEFAULT_WINDOW, analyse
+from analysis.metrics import DEFAULT_TOLERANCE, DEFAULT_WINDOW, INTERVALS, analyse
 from analysis.report import SIMULATED_BACKEND_NOTE, write_report
 from analysis.tables import build_tables, write_tables
 
@@ -31,6 +31,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--reference",
         default=None,
         help="adaptation target: a method whose stable level every method must regain (default: its own)",
+    )
+    parser.add_argument(
+        "--intervals",
+        choices=INTERVALS,
+        default=INTERVALS[0],
+        help="per-phase success intervals: bootstrap over seeds (default), or seeds and then episodes "
+        "within each seed (two-level, shows episode-level noise)",
     )
     parser.add_argument(
         "--backend-note",
@@ -59,7 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     log.info(
         "loaded %d runs, %d episodes, %d archive events", len(logs.runs), len(logs.episodes), len(logs.events)
     )
-    analysis = analyse(logs, window=args.window, tolerance=args.tolerance, reference=args.reference)
+    analysis = analyse(
+        logs,
+        window=args.window,
+        tolerance=args.tolerance,
+        reference=args.reference,
+        intervals=args.intervals,
+    )
     log.info("computed metrics")
     tables = build_tables(analysis)
     write_tables(tables, args.out / "tables")

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.load import LABELS, SWEEP_EXPERIMENT, RunLogs
-from analysis.stats import Estimate, bootstrap_cis, holm, mean_cis, paired_comparisons
+from analysis.stats import Estimate, bootstrap_cis, holm, mean_cis, paired_comparisons, two_level_mean_cis
 
 NO_MEMORY = "no_memory"
 ORACLE_RESET = "oracle_reset"
@@ -49,6 +49,9 @@ OVERALL = "overall"
 CONDITION = ["experiment", "env", "memory"]
 DEFAULT_WINDOW = 20
 DEFAULT_TOLERANCE = 0.1
+#: How the per-phase success intervals resample: seeds only (the default), or seeds and then the
+#: episodes of each drawn seed (`analysis.stats.two_level_mean_cis`), which shows episode-level noise.
+INTERVALS = ("seeds", "seeds+episodes")
 #: Slack in threshold comparisons so that e.g. 18/20 >= 1 - 0.1 holds despite binary floating point.
 _EPS = 1e-9
 
@@ -171,21 +174,57 @@ class _SeedValues:
         return values_a[ia], values_b[ib]
 
 
-def summarize_success(per_seed: pd.DataFrame, phases: dict[tuple[str, str], list[str]]) -> pd.DataFrame:
-    """Mean success over seeds with 95% CI per (experiment, env, memory, phase)."""
+def summarize_success(
+    per_seed: pd.DataFrame,
+    phases: dict[tuple[str, str], list[str]],
+    *,
+    episodes: pd.DataFrame | None = None,
+    intervals: str = "seeds",
+) -> pd.DataFrame:
+    """Mean success over seeds with 95% CI per (experiment, env, memory, phase).
+
+    `intervals="seeds"`: BCa bootstrap over seeds. `"seeds+episodes"`: the two-level percentile
+    bootstrap (seeds, then episodes within each drawn seed), which needs `episodes`.
+    """
+    if intervals not in INTERVALS:
+        raise ValueError(f"intervals: must be one of {', '.join(INTERVALS)}, got {intervals!r}")
     index = _SeedValues(per_seed, "success")
     cells, samples = [], []
     for setting in settings(per_seed):
         for method in index.methods[setting]:
             for phase in _phases_with_overall(phases, setting):
-                _, values = index.get(setting, method, phase)
+                seeds, values = index.get(setting, method, phase)
                 if len(values):
                     cells.append(
                         {"experiment": setting[0], "env": setting[1], "memory": method, "phase": phase}
                     )
-                    samples.append(values)
-    records = [c | _estimate_columns(e) for c, e in zip(cells, mean_cis(samples), strict=True)]
+                    samples.append(seeds if intervals != "seeds" else values)
+    if intervals == "seeds":
+        estimates = mean_cis(samples)
+    else:
+        if episodes is None:
+            raise ValueError("episodes: the two-level bootstrap needs the episode outcomes")
+        outcomes = _episode_outcomes(episodes)
+        estimates = two_level_mean_cis(
+            [
+                [outcomes[(c["experiment"], c["env"], c["memory"], int(s), c["phase"])] for s in seeds]
+                for c, seeds in zip(cells, samples, strict=True)
+            ]
+        )
+    records = [c | _estimate_columns(e) for c, e in zip(cells, estimates, strict=True)]
     return pd.DataFrame.from_records(records)
+
+
+def _episode_outcomes(episodes: pd.DataFrame) -> dict[tuple, np.ndarray]:
+    """0/1 success of every run's episodes, per phase and over the whole stream (phase OVERALL)."""
+    success = episodes["success"].to_numpy(dtype=float)
+    outcomes: dict[tuple, np.ndarray] = {}
+    for (experiment, env, memory, seed), rows in episodes.groupby(list(LABELS), sort=False).indices.items():
+        outcomes[(experiment, env, memory, int(seed), OVERALL)] = success[rows]
+    keys = [*LABELS, "phase"]
+    for (experiment, env, memory, seed, phase), rows in episodes.groupby(keys, sort=False).indices.items():
+        outcomes[(experiment, env, memory, int(seed), phase)] = success[rows]
+    return outcomes
 
 
 def _pollution(reference: np.ndarray, method: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -240,7 +279,8 @@ def paired_tests(
 
     Each row: mean difference (method - other) with paired bootstrap CI, two-sided sign-flip p-value
     (exact up to 16 seeds: with fewer than 6 seeds it cannot fall below 0.05), its Holm adjustment across
-    the other methods of the same setting and phase (one family), and Cohen's d_z.
+    the other methods of the same setting and phase (one family), the paired bootstrap p-value (null
+    imposed by centring, `analysis.stats.bootstrap_pvalue`) with its Holm adjustment, and Cohen's d_z.
     """
     index = _SeedValues(per_seed, "success")
     families, cells, pairs = [], [], []
@@ -264,13 +304,15 @@ def paired_tests(
     records = []
     for family in families:
         adjusted = holm([comparisons[i].p_value for i in family])
-        for i, p_holm in zip(family, adjusted, strict=True):
+        adjusted_boot = holm([comparisons[i].p_bootstrap for i in family])
+        for i, p_holm, p_boot_holm in zip(family, adjusted, adjusted_boot, strict=True):
             c = comparisons[i]
             records.append(
                 cells[i]
                 | {"n": c.n, "mean_method": c.mean_a, "mean_other": c.mean_b}
                 | {"diff": c.diff.mean, "diff_low": c.diff.low, "diff_high": c.diff.high}
                 | {"p": c.p_value, "p_holm": float(p_holm), "d_z": c.d_z}
+                | {"p_boot": c.p_bootstrap, "p_boot_holm": float(p_boot_holm)}
             )
     return pd.DataFrame.from_records(records)
 
@@ -516,6 +558,7 @@ class Analysis:
     window: int
     tolerance: float
     reference: str | None
+    intervals: str = "seeds"
 
 
 def analyse(
@@ -524,6 +567,7 @@ def analyse(
     window: int = DEFAULT_WINDOW,
     tolerance: float = DEFAULT_TOLERANCE,
     reference: str | None = None,
+    intervals: str = "seeds",
 ) -> Analysis:
     """Compute every metric of the analysis from loaded run logs (see the functions above)."""
     is_sweep = logs.episodes["experiment"] == SWEEP_EXPERIMENT
@@ -541,7 +585,7 @@ def analyse(
     return Analysis(
         phases=phases,
         per_seed=per_seed,
-        success=summarize_success(per_seed, phases),
+        success=summarize_success(per_seed, phases, episodes=episodes, intervals=intervals),
         mpi=mpi(per_seed, phases),
         paired=paired_tests(per_seed, phases),
         lags=lags,
@@ -553,4 +597,5 @@ def analyse(
         window=window,
         tolerance=tolerance,
         reference=reference,
+        intervals=intervals,
     )
