@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     tables = build_tables(analysis)
     write_tables(tables, args.out / "tables")
     log.info("wrote %d tables to %s", len(tables), args.out / "tables")
-    figures = make_figures(analysis, logs.episodes, args.out / "figures")
+    figures = make_figures(analysis, logs.episodes, args.out / "figures", runs=logs.runs, root=args.runs)
     log.info("wrote %d figures to %s", len(figures), args.out / "figures")
     note = (
         args.backend_note.read_text(encoding="utf-8").strip() if args.backend_note else SIMULATED_BACKEND_NOTE
