@@ -9,8 +9,9 @@ versions exactly). Jobs of one tool drift together, as users of one tool do.
 
 An action runs for real in a per-run sandbox (a temporary directory, removed by `close()` and at
 `reset`): the job's inputs are restored and its old artefacts removed, the command line goes through
-the gate of `envs.sandbox` (shlex, a tool whitelist, every path confined), a persistent worker runs the
-tool under a time limit (`envs.tool_worker`), and success is decided on disk: the expected artefact
+the gate of `envs.sandbox` (shlex, a tool whitelist, every path confined), a persistent worker (shared
+by the environments open in one process, e.g. a run's seeds) runs the tool under a time limit
+(`envs.tool_worker`), and success is decided on disk: the expected artefact
 exists with the expected content and format. A stale invocation fails with the tool's real argparse
 error, or runs and leaves the wrong artefact, which the check reports. (Parsing touches nothing, so a
 call that argparse rejects gets that error from the environment itself, without a worker round trip.)
@@ -46,7 +47,7 @@ from typing import Any
 from envs.base import TRIAL_KINDS, Outcome, Task
 from envs.checks import fraction, int_in
 from envs.sandbox import Refused, Sandbox, check_invocation, split_invocation
-from envs.tool_worker import ToolFn, ToolWorker
+from envs.tool_worker import SharedToolWorker, ToolFn
 from envs.tools import FLAVOURS, TOOLS, VERSIONS, Tool, subject_for
 from tepa.evidence import Observation
 
@@ -105,7 +106,7 @@ class ExecutableDrift:
             raise ValueError(f"sandbox_dir must be an existing directory, got {sandbox_dir!r}")
         self.sandbox_dir = sandbox_dir if sandbox_dir is not None else _ram_disk()
         self._allowed = frozenset(t.name for t in self._tools) | frozenset(extra)
-        self._worker = ToolWorker(extra)
+        self._worker = SharedToolWorker(extra)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._main: Sandbox | None = None
         self._trial: Sandbox | None = None
@@ -132,7 +133,7 @@ class ExecutableDrift:
         return self._main
 
     @property
-    def worker(self) -> ToolWorker:
+    def worker(self) -> SharedToolWorker:
         return self._worker
 
     @property
