@@ -26,9 +26,10 @@ from scipy.special import ndtr, ndtri
 CONFIDENCE_LEVEL = 0.95
 N_RESAMPLES = 9999
 SEED = 0
-#: Largest number of pairs for which the sign-flip null distribution is enumerated exactly (2**16 sign
-#: patterns); above it the test draws `n_resamples` random sign patterns.
-EXACT_MAX_PAIRS = 16
+#: Largest number of pairs for which the sign-flip null distribution is enumerated exactly (2**24 sign
+#: patterns, counted without materialising them: `_sign_flip_hits`); above it the test draws
+#: `n_resamples` random sign patterns.
+EXACT_MAX_PAIRS = 24
 METHODS = ("bca", "percentile", "basic")
 #: Resampled values per batch of cells (2**22 floats, 32 MB per array): bounds the memory of a batch.
 _BATCH_VALUES = 2**22
@@ -337,19 +338,33 @@ def sign_flip_pvalue(diffs: Sequence[float], *, n_resamples: int = N_RESAMPLES, 
     n = len(d)
     if n == 0:
         return float("nan")
+    observed = abs(float(np.ones(n) @ d))
+    reach = observed - _tie_tolerance(observed)
     if n <= EXACT_MAX_PAIRS:
-        bits = (np.arange(2**n)[:, None] >> np.arange(n)[None, :]) & 1
-        signs = 1.0 - 2.0 * bits  # row 0 is the observed, all-positive pattern
-        exact = True
-    else:
-        signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=(n_resamples, n))
-        exact = False
-    null = np.abs(signs @ d) / n
-    observed = abs(float(np.ones(n) @ d) / n)
-    hits = int(np.count_nonzero(null >= observed - _tie_tolerance(observed)))
-    if exact:
-        return hits / len(null)
+        return _sign_flip_hits(d, reach) / 2**n
+    signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=(n_resamples, n))
+    hits = int(np.count_nonzero(np.abs(signs @ d) >= reach))
     return (hits + 1) / (n_resamples + 1)
+
+
+def _signed_sums(x: np.ndarray) -> np.ndarray:
+    """The 2**len(x) sums of +-x_i, one per sign pattern."""
+    sums = np.zeros(1)
+    for value in x:
+        sums = np.concatenate((sums + value, sums - value))
+    return sums
+
+
+def _sign_flip_hits(d: np.ndarray, reach: float) -> int:
+    """How many of the 2**n sign patterns give |sum of +-d_i| >= reach, counted by meeting in the middle:
+    the patterns of the first half against the sorted sums of the second (2**(n/2) values each)."""
+    if reach <= 0:
+        return 2 ** len(d)
+    first = _signed_sums(d[: len(d) // 2])
+    second = np.sort(_signed_sums(d[len(d) // 2 :]))
+    above = len(second) - np.searchsorted(second, reach - first, side="left")
+    below = np.searchsorted(second, -reach - first, side="right")
+    return int(above.sum() + below.sum())
 
 
 def _tie_tolerance(observed: np.ndarray | float) -> np.ndarray | float:

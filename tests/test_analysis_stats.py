@@ -106,9 +106,34 @@ def test_sign_flip_exact_equals_scipy_permutation_test(seed):
     assert sign_flip_pvalue(a - b) == pytest.approx(theirs, abs=1e-12)
 
 
+def brute_force_sign_flip(d):
+    """Every sign pattern as a row, as the definition reads (small n only)."""
+    n = len(d)
+    signs = 1.0 - 2.0 * ((np.arange(2**n)[:, None] >> np.arange(n)[None, :]) & 1)
+    null, observed = np.abs(signs @ d) / n, abs(d.mean())
+    return np.count_nonzero(null >= observed - observed * 100 * np.finfo(float).eps) / 2**n
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-40, 40), min_size=1, max_size=12))
+def test_sign_flip_counting_in_halves_equals_enumerating_every_pattern(steps):
+    d = np.array(steps) / 400  # success differences of 400-episode phases: many exact ties
+    assert sign_flip_pvalue(d) == brute_force_sign_flip(d)
+
+
+def test_sign_flip_is_exact_at_twenty_seeds_and_equals_scipy():
+    assert sign_flip_pvalue(np.full(20, 0.7)) == 2 / 2**20
+    assert sign_flip_pvalue(np.r_[np.full(19, 0.7), -0.01]) == 4 / 2**20  # also the pattern flipping it
+    d = np.random.default_rng(3).normal(0.1, 0.3, 16).round(3)
+    theirs = scipy.stats.permutation_test(
+        (d,), lambda x, axis: np.mean(x, axis=axis), permutation_type="samples", n_resamples=np.inf
+    ).pvalue
+    assert sign_flip_pvalue(d) == pytest.approx(theirs, abs=1e-12)
+
+
 def test_sign_flip_monte_carlo_above_exact_limit():
     rng = np.random.default_rng(0)
-    d = rng.normal(0.05, 0.2, 20)
+    d = rng.normal(0.05, 0.2, 30)
     ours = sign_flip_pvalue(d, n_resamples=9999, seed=1)
     assert ours == sign_flip_pvalue(d, n_resamples=9999, seed=1)
     theirs = scipy.stats.permutation_test(
