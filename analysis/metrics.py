@@ -278,9 +278,10 @@ def paired_tests(
     """`method` against every other method on matched seeds, per setting and phase.
 
     Each row: mean difference (method - other) with paired bootstrap CI, two-sided sign-flip p-value
-    (exact up to EXACT_MAX_PAIRS seeds: with fewer than 6 seeds it cannot fall below 0.05), its Holm adjustment across
-    the other methods of the same setting and phase (one family), the paired bootstrap p-value (null
-    imposed by centring, `analysis.stats.bootstrap_pvalue`) with its Holm adjustment, and Cohen's d_z.
+    (exact up to EXACT_MAX_PAIRS seeds: with fewer than 6 seeds it cannot fall below 0.05), its Holm
+    adjustment across the other methods of the same setting and phase (one family), the paired
+    bootstrap p-value (null imposed by centring, `analysis.stats.bootstrap_pvalue`) with its Holm
+    adjustment, and Cohen's d_z.
     """
     index = _SeedValues(per_seed, "success")
     families, cells, pairs = [], [], []

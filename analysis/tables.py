@@ -499,9 +499,9 @@ def paired_table(analysis: Analysis, experiment: str) -> Table | None:
     ]
     note = (
         "Paired on matched seeds: mean success difference with paired bootstrap CI; two two-sided tests "
-        f"of a zero mean difference: the sign-flip permutation p (exact up to {EXACT_MAX_PAIRS} seeds, smallest p "
-        "2 / 2^n: with fewer than 6 seeds p < 0.05 is impossible) and the paired bootstrap p (the "
-        f"seeds' differences centred on 0 to impose the null, {N_RESAMPLES} resamples, p = (1 + hits) "
+        f"of a zero mean difference: the sign-flip permutation p (exact up to {EXACT_MAX_PAIRS} seeds, "
+        "smallest p 2 / 2^n: with fewer than 6 seeds p < 0.05 is impossible) and the paired bootstrap p "
+        f"(the seeds' differences centred on 0 to impose the null, {N_RESAMPLES} resamples, p = (1 + hits) "
         f"/ ({N_RESAMPLES} + 1), smallest {pvalue(1 / (N_RESAMPLES + 1))}); Holm correction of each "
         "across the comparisons of a setting and phase; Cohen's d_z."
     )
