@@ -24,15 +24,15 @@ _LABEL_CHARS = 40
 
 def read_lifecycle(run_dir: str | Path) -> pd.DataFrame:
     """The lifecycle events of one stream (EVENT_COLUMNS, in log order; no rows for a method that logs
-    none). Keys are compared as the text the log holds."""
+    none; rows that name no precedent are skipped). Keys are compared as the text the log holds."""
     path = Path(run_dir) / "archive.jsonl"
     rows = []
     if path.is_file():
         with path.open(encoding="utf-8") as lines:
             rows = [json.loads(line) for line in lines if line.strip()]
-    frame = pd.DataFrame(rows, columns=EVENT_COLUMNS)
+    frame = pd.DataFrame(rows, columns=EVENT_COLUMNS).dropna(subset=["id", "key", "state"])
     frame["key"] = frame["key"].astype(str)
-    return frame
+    return frame.reset_index(drop=True)
 
 
 def read_phases(run_dir: str | Path) -> tuple[list[tuple[str, int]], int]:
@@ -83,9 +83,9 @@ def legend_handles() -> list[Patch | Line2D]:
 def busiest_key(events: pd.DataFrame) -> str | None:
     """The key with the most re-promotions, then the most lifecycle events, then the smallest key text:
     where the mechanism shows most. None without events."""
-    if events.empty:
-        return None
     counts = events.groupby("key").size()
+    if counts.empty:
+        return None
     back = events[events["event"] == "repromoted"].groupby("key").size()
     return str(sorted(counts.index, key=lambda k: (-back.get(k, 0), -counts[k], k))[0])
 

@@ -87,3 +87,25 @@ def test_the_inspectors_log_reading_and_drawing_need_no_harness(tmp_path):
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PROJECT_ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_report_shows_lifecycle_timelines_of_tepa_rev_and_tepa_norev(tmp_path):
+    from analysis.__main__ import main as analyse
+
+    for memory in ("tepa_rev", "tepa_norev", "no_memory"):
+        overrides = [
+            f"results_dir={tmp_path}",
+            "name=paper_controlled",
+            "env.phase_length=30",
+            f"memory={memory}",
+        ]
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose("config", overrides=[*overrides, "seeds=[0,1]"], return_hydra_config=True)
+        execute(cfg, cfg.hydra.runtime.choices)
+    assert analyse(["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    readme = (tmp_path / "out" / "README.md").read_text()
+    assert "![paper_controlled / controlled_drift: precedents of key" in readme
+    assert "(figures/lifecycle_paper_controlled.png)" in readme
+    assert (
+        (tmp_path / "out" / "figures" / "lifecycle_paper_controlled.png").read_bytes().startswith(b"\x89PNG")
+    )
