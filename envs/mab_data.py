@@ -6,10 +6,11 @@ The data is never part of the project. Where it comes from, in order:
 2. the environment variable `TEPA_DATA_DIR`;
    either folder holds `memoryagentbench/Conflict_Resolution.json` and
    `mquake/{cloze,question}_templates.json`;
-3. otherwise, online: the Hugging Face `datasets` library (`pip install 'tepa-harness[datasets]'`) downloads
-   `ai-hyz/MemoryAgentBench`, split `Conflict_Resolution`, and the two MQuAKE template files (about 2 kB
-   each; they are not on the Hugging Face Hub) are fetched over HTTPS from `princeton-nlp/MQuAKE` at a
-   pinned commit, checked against their sha256 and kept in the user's cache folder.
+3. otherwise, online: the split `Conflict_Resolution` of `ai-hyz/MemoryAgentBench` is downloaded from
+   the Hugging Face Hub as one parquet file (`envs.mab_download`, no extra library), and the two MQuAKE
+   template files (about 2 kB each; they are not on the Hugging Face Hub) are fetched over HTTPS from
+   `princeton-nlp/MQuAKE` at a pinned commit, checked against their sha256; both are kept in the user's
+   cache folder.
 
 Without any of these the loader raises `DataNotFoundError`, whose message names both ways. Parsed files
 are cached per process: several runs in one process read the 2.7 MB JSON once.
@@ -28,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envs.mab_download import HF_DATASET, DownloadError, fetch_split_rows
+
 DATA_DIR_ENV = "TEPA_DATA_DIR"
-HF_DATASET = "ai-hyz/MemoryAgentBench"
 HF_SPLIT = "Conflict_Resolution"
 CONFLICT_FILE = Path("memoryagentbench") / "Conflict_Resolution.json"
 TEMPLATE_DIR = Path("mquake")
@@ -46,8 +48,8 @@ TEMPLATE_SHA256 = {
 _HOW_TO_GET_DATA = (
     f"Either set {DATA_DIR_ENV} (or the config key `env.data_dir`) to a folder containing "
     f"{CONFLICT_FILE.as_posix()} and {TEMPLATE_DIR.as_posix()}/{{cloze,question}}_templates.json, "
-    f"or run `pip install 'tepa-harness[datasets]'` on a machine that is online so that "
-    f"{HF_DATASET} (split {HF_SPLIT}) and the MQuAKE templates can be downloaded."
+    f"or run on a machine that is online so that {HF_DATASET} (split {HF_SPLIT}, from the Hugging Face "
+    f"Hub or the mirror in HF_ENDPOINT) and the MQuAKE templates can be downloaded."
 )
 
 
@@ -147,15 +149,9 @@ def _templates(texts: dict[str, str]) -> MQuAKETemplates:
 @functools.cache
 def _download_rows() -> dict[str, FactConsolidationRecord]:
     try:
-        import datasets
-    except ImportError as e:
-        raise DataNotFoundError(
-            f"No local data and the `datasets` library is not installed. {_HOW_TO_GET_DATA}"
-        ) from e
-    try:
-        split = datasets.load_dataset(HF_DATASET, split=HF_SPLIT)
-    except Exception as e:  # offline, hub outage, auth: all mean "no data here"
-        raise DataNotFoundError(f"Could not download {HF_DATASET} ({e}). {_HOW_TO_GET_DATA}") from e
+        split = fetch_split_rows()
+    except DownloadError as e:  # offline, hub outage, a damaged copy: all mean "no data here"
+        raise DataNotFoundError(f"No local data and {e}. {_HOW_TO_GET_DATA}") from None
     return {r.source: r for r in map(_record, split) if r.source.startswith("factconsolidation_")}
 
 
