@@ -250,18 +250,22 @@ class ExecutableDrift:
         return (True, message) if problem is None else (False, problem)
 
     def _stream(self, rng: random.Random) -> Iterator[Task]:
+        correct: dict[tuple[int, str], str] = {}  # each job's right invocation per version, rendered once
         for t in range(len(PHASES) * self.phase_length):
             key = rng.randrange(self.n_keys)
             job, regime = self._jobs[key], self._regime_at(t)
             version = regime[job.tool.name]
             self._now = t
+            right = correct.get((key, version))
+            if right is None:
+                right = correct[(key, version)] = job.tool.invocation(job.subject, version)
             yield Task(
                 key=key,
                 text=job.text,
                 phase=PHASES[t // self.phase_length],
                 t=t,
                 options=tuple(rng.sample(job.options, len(job.options))),
-                correct=job.tool.invocation(job.subject, version),
+                correct=right,
                 meta={"tool": job.tool.name, "version": version},
             )
 

@@ -177,6 +177,13 @@ async def run_stream(
     drain = getattr(memory, "drain_events", None)
     result = StreamResult()
     pending: list[dict[str, Any]] = []  # events of ingest steps, logged with the next episode
+    logged: Iterator[Reply] | None = None  # the current episode's logged replies, when it is replayed
+
+    async def ask(t: Task, evidence: list[Evidence]) -> Reply:
+        if logged is not None:
+            return next(logged)
+        return await backend.complete(Request(messages=render(t, evidence), seed=seed, labels=labels_for(t)))
+
     for task in env.tasks():
         if task.t in boundaries:
             memory.on_phase_boundary(boundaries[task.t], task.t)
@@ -188,14 +195,6 @@ async def run_stream(
             continue
         i = len(result.records)
         logged = _logged_replies(replay[i]) if i < len(replay) else None
-
-        async def ask(t: Task, evidence: list[Evidence], logged: Iterator[Reply] | None = logged) -> Reply:
-            if logged is not None:
-                return next(logged)
-            return await backend.complete(
-                Request(messages=render(t, evidence), seed=seed, labels=labels_for(t))
-            )
-
         d = await _decide(task, memory, ask)
         outcome = env.execute(task, d.action)
         for obs in outcome.observations:
@@ -205,6 +204,7 @@ async def run_stream(
             memory.feedback(used, outcome.success, task.t)
         snap = memory.snapshot()
         last = d.replies[-1]
+        hops = d.replies if len(d.replies) > 1 else None  # totals over hops; one reply is its own total
         rec = {
             **labels,
             "seed": seed,
@@ -216,18 +216,19 @@ async def run_stream(
             "success": bool(outcome.success),
             "parse_ok": d.parse_ok,
             "reply": last.text,
-            "hop_replies": json.dumps([r.text for r in d.replies]) if len(d.replies) > 1 else "",
+            "hop_replies": json.dumps([r.text for r in hops]) if hops else "",
             "error": last.error or "",
             "n_evidence": len(d.evidence),
-            "prompt_tokens": sum(r.prompt_tokens for r in d.replies),
-            "completion_tokens": sum(r.completion_tokens for r in d.replies),
-            "cached": all(r.cached for r in d.replies),
-            "latency": sum(r.latency for r in d.replies),
+            "prompt_tokens": sum(r.prompt_tokens for r in hops) if hops else last.prompt_tokens,
+            "completion_tokens": sum(r.completion_tokens for r in hops) if hops else last.completion_tokens,
+            "cached": all(r.cached for r in hops) if hops else bool(last.cached),
+            "latency": sum(r.latency for r in hops) if hops else last.latency,
             "hypothesis": int(snap.get("hypothesis", 0)),
             "active": int(snap.get("active", 0)),
             "revoked": int(snap.get("revoked", 0)),
-            **{c: int(snap.get(c, 0)) for c in COUNTERS},
         }
+        for counter in COUNTERS:
+            rec[counter] = int(snap.get(counter, 0))
         if i < len(replay) and (replay[i]["t"], replay[i]["action"]) != (rec["t"], rec["action"]):
             raise ReplayMismatch(
                 f"episode {i}: logged (t={replay[i]['t']}, action={replay[i]['action']!r}) but replay gave "
