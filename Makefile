@@ -26,7 +26,8 @@ lint: $(STAMP) ## ruff check and format check
 test: $(STAMP) ## the test suite (no real model)
 	$(BIN)/python -m pytest -m "not llm"
 
-# Every paper experiment on the offline simulated backend (10 seeds), then tables, figures, results/README.md.
+# Every paper experiment on the offline simulated backend (20 seeds in the drift settings, 10 in the others),
+# then tables, figures, results/README.md.
 reproduce: $(STAMP) ## every paper experiment on the simulated backend, then tables and figures
 	$(RUN) experiment=paper_controlled
 	$(RUN) experiment=paper_executable
