@@ -78,9 +78,8 @@ def pvalue(p: float) -> str:
 
 
 def _p_is(p: float) -> str:
-    """ "p = 0.002" or "p < 0.001", for sentences."""
-    text = pvalue(p)
-    return f"p {text[0]} {text[1:]}" if text.startswith("<") else f"p = {text}"
+    """A p-value for sentences: "p = 0.002", and two significant digits below 0.001 ("p = 1.9e-06")."""
+    return f"p = {p:.1e}" if 0 < p < 0.001 else f"p = {pvalue(p)}"
 
 
 def reference(value: paper.PaperNumber | None, digits: int = 3) -> str:

@@ -209,7 +209,7 @@ def test_the_report_opens_with_the_scorecard_and_paired_tables_show_both_tests(r
     assert paired["p_boot"].between(1 / 10000, 1).all()
     assert "| p (sign-flip) | Holm p (sign-flip) | p (bootstrap) | Holm p (bootstrap) |" in readme
     assert "centred on 0 to impose the null, 9999 resamples" in readme
-    assert "exact sign-flip p = " in readme and "paired bootstrap p " in readme  # the headline note
+    assert "exact sign-flip p = " in readme and "paired bootstrap p = " in readme  # the headline note
 
 
 def test_the_two_level_option_widens_the_success_intervals(runs_root, tmp_path):
