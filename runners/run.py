@@ -47,7 +47,7 @@ CONF_DIR = PROJECT_ROOT / "conf"  # absolute, so that it resolves the same from 
 # only these continues (or skips) the same streams.
 OPERATIONAL = frozenset({
     "api_key_env", "cache_path", "max_concurrency", "timeout", "max_retries", "max_failed_calls",
-    "backoff_base", "backoff_max",
+    "backoff_base", "backoff_max", "retry_after_max", "max_retry_wait",
 })  # fmt: skip
 VERSIONED = ("tepa-harness", "hydra-core", "omegaconf", "numpy", "pandas", "pyarrow", "openai", "tqdm")
 
