@@ -188,13 +188,20 @@ def serve() -> None:
         except EOFError:
             return
         try:
-            reply = (True, registry[tool](argv, version, root))
+            ok, text = True, registry[tool](argv, version, root)
         except ToolError as exc:
-            reply = (False, str(exc))
+            ok, text = False, str(exc)
         except Exception as exc:  # a tool's bug is a failed call, not a dead worker
-            text = str(exc).replace(root.rstrip(os.sep) + os.sep, "")  # no temp paths in messages
-            reply = (False, f"{tool}: internal error: {type(exc).__name__}: {text}")
-        _write(replies, reply)
+            ok, text = False, f"{tool}: internal error: {type(exc).__name__}: {exc}"
+        _write(replies, (ok, _without(root, text)))
+
+
+def _without(root: str, text: str) -> str:
+    """`text` without the sandbox's absolute location (messages become prompts: no temp paths)."""
+    parent = os.path.dirname(root.rstrip(os.sep))
+    if parent not in text:
+        return text
+    return text.replace(root.rstrip(os.sep) + os.sep, "").replace(root.rstrip(os.sep), ".").replace(parent, "..")
 
 
 if __name__ == "__main__":
