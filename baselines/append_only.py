@@ -11,7 +11,6 @@ from tepa.evidence import Evidence, Observation, Query, check_observation
 from tepa.lifecycle import check_int
 from tepa.retrieval import DEFAULT_TOP_K, rank
 
-
 _REF = attrgetter("ref")
 
 

@@ -198,10 +198,11 @@ def serve() -> None:
 
 def _without(root: str, text: str) -> str:
     """`text` without the sandbox's absolute location (messages become prompts: no temp paths)."""
-    parent = os.path.dirname(root.rstrip(os.sep))
+    root = root.rstrip(os.sep)
+    parent = os.path.dirname(root)
     if parent not in text:
         return text
-    return text.replace(root.rstrip(os.sep) + os.sep, "").replace(root.rstrip(os.sep), ".").replace(parent, "..")
+    return text.replace(root + os.sep, "").replace(root, ".").replace(parent, "..")
 
 
 if __name__ == "__main__":

@@ -546,7 +546,7 @@ class Publish(Tool):
     def operate(self, sandbox: Sandbox, params: dict[str, Any]) -> str:
         src, out = params["src"], params["out"]
         if src == out:
-            raise ToolError(f"publish: error: {sandbox.relative(src)} and {sandbox.relative(out)} are the same file")
+            raise ToolError(f"publish: error: {sandbox.relative(src)}: source and destination are one file")
         with open(src, "rb") as handle:
             data = handle.read()
         _write_new(out, data)

@@ -363,9 +363,10 @@ def secret_problem(key: str, value: Any) -> str | None:
 
     The message never repeats the value: it goes to the terminal and to log files."""
     hint = "; put the key in an environment variable and name that variable with llm.api_key_env"
-    if _SECRET.search(key.rsplit(".", 1)[-1]):
+    leaf = key.rsplit(".", 1)[-1]
+    if _SECRET.search(leaf):
         return f": never put a secret in a config{hint}"
-    if key.rsplit(".", 1)[-1] == "api_key_env" and not (isinstance(value, str) and _ENV_NAME.fullmatch(value)):
+    if leaf == "api_key_env" and not (isinstance(value, str) and _ENV_NAME.fullmatch(value)):
         return f": must name an environment variable (letters, digits, _), not hold the key itself{hint}"
     texts = [value] if isinstance(value, str) else _strings(value)
     if any(_SECRET_VALUE.search(text) for text in texts):
@@ -384,7 +385,7 @@ def _strings(value: Any) -> list[str]:
 
 
 def _number_problem(value: Any) -> str | None:
-    """": must be a finite number" when `value` (or a number inside it) is NaN or infinite."""
+    """ ": must be a finite number" when `value` (or a number inside it) is NaN or infinite."""
     if isinstance(value, float) and not math.isfinite(value):
         return f"={value}: must be a finite number"
     if isinstance(value, Mapping):

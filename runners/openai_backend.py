@@ -327,9 +327,7 @@ class OpenAIBackend:
             self._counts["truncated_replies"] += 1
         if key is not None:
             self.cache.put(key, self.model, text, prompt_tokens, completion_tokens, truncated)
-        return Reply(
-            text, prompt_tokens, completion_tokens, time.perf_counter() - start, truncated=truncated
-        )
+        return Reply(text, prompt_tokens, completion_tokens, time.perf_counter() - start, truncated=truncated)
 
     async def _answer(self, request: Request) -> tuple[str, int, int]:
         """(text, prompt tokens, completion tokens) for one request, including a logprob fallback's cost."""

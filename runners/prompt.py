@@ -26,9 +26,7 @@ NO_MEMORY = "Memory: (empty)"
 LABELS = ascii_uppercase
 # Every character that can end a line for some reader (str.splitlines, Unicode: \r \v \f \x1c-\x1e
 # \x85 \u2028 \u2029) or is a control character (C0, DEL, C1) becomes a space.
-_ONE_LINE = str.maketrans(
-    dict.fromkeys([*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029], " ")
-)
+_ONE_LINE = str.maketrans(dict.fromkeys([*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029], " "))
 
 EVIDENCE_LINE = re.compile(
     r'^- \[step (?P<t>-?\d+)\] (?P<verdict>VALID|FAILED) (?P<value>"(?:[^"\\]|\\.)*")'
