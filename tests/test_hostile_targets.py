@@ -22,7 +22,9 @@ def test_a_function_as_env_target_is_refused_and_deletes_nothing(tmp_path):
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "data.txt").write_text("keep me")
-    proc = cli(tmp_path, "env=custom", "env._target_=shutil.rmtree", f"+env.path={victim}", f"results_dir={tmp_path}")
+    proc = cli(
+        tmp_path, "env=custom", "env._target_=shutil.rmtree", f"+env.path={victim}", f"results_dir={tmp_path}"
+    )
     assert one_line_error(proc).startswith("env._target_: 'shutil.rmtree' is not a class")
     assert (victim / "data.txt").read_text() == "keep me"
 
