@@ -6,28 +6,18 @@ endpoint were served to a later run against a working one."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pyarrow.parquet as pq
 import pytest
 from hostile import run
 from llm_fixtures import StubReply, StubServer, completion, stub_server  # noqa: F401  (a fixture)
+from test_openai_backend import run as ask
 
 from runners.backend import BackendExhausted, Request
 from runners.openai_backend import OpenAIBackend
 
 MESSAGES = ({"role": "user", "content": "Key 7: A, B or C?"},)
-
-
-def ask(backend: OpenAIBackend, *requests: Request):
-    async def go():
-        try:
-            return await asyncio.gather(*(backend.complete(r) for r in requests))
-        finally:
-            await backend.aclose()
-
-    return asyncio.run(go())
 
 
 def test_a_huge_retry_after_waits_no_longer_than_backoff_max(stub_server):
