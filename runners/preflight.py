@@ -36,7 +36,7 @@ def check_command_line(argv: Sequence[str], conf_dir: Path) -> None:
         problem = secret_problem(key, value)
         if problem:
             raise ConfigError(f"{key}{problem}")
-        if key == "name":
+        if key == "name" and "(" not in value:  # a sweep function (range, choice) is left to Hydra
             for part in value.split(","):  # a sweep over names: each one
                 check_dir_name("name", part)
         elif key == "results_dir":
