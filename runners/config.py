@@ -10,6 +10,12 @@ user's own class can replace a project class from the command line; they are che
 - any other class (environments, backends, a user's memory) against its constructor's signature:
   unknown and missing parameters, and the types its annotations name.
 
+Before any of that, each `_target_` is imported and must be a class that implements its group's
+protocol (`runners.registry.require_class`): a function or another kind of class named there is never
+called. Every number must be finite; no value may look like a credential (`secret_problem`); seeds must
+fit the episode log's int64; `name` and labels are plain folder names; `results_dir` must be writable;
+top-level keys are RunConfig's. `runners.preflight` runs the checks that must precede Hydra's own output.
+
 Every problem is a `ConfigError` whose message names the key, e.g. "memory.theta_rev=1.5: must be in
 [0, 1]"; Hydra prints such an error as one line and exits non-zero, before any episode runs.
 """

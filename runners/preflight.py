@@ -17,12 +17,13 @@ import yaml
 
 from runners.config import ConfigError, check_dir_name, check_results_dir, secret_problem
 
-_DIR_OPTIONS = ("--config-dir", "-cd")
+_DIR_OPTIONS = ("--config-dir", "-cd", "--config-path", "-cp")
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: about 10x faster
 
 
 def check_command_line(argv: Sequence[str], conf_dir: Path) -> None:
-    """Raise ConfigError for the first override (or config file) that must not reach Hydra."""
+    """Raise ConfigError for the first override (or config file) that must not reach Hydra; the
+    config folders are `conf_dir` and any given with --config-dir or --config-path."""
     dirs = [conf_dir]
     for i, arg in enumerate(argv):
         if arg in _DIR_OPTIONS and i + 1 < len(argv):
