@@ -6,6 +6,7 @@ endpoint were served to a later run against a working one."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 
 import pyarrow.parquet as pq
@@ -16,6 +17,7 @@ from test_openai_backend import run as ask
 
 from runners.backend import BackendExhausted, Request
 from runners.openai_backend import OpenAIBackend
+from runners.response_cache import ResponseCache
 
 MESSAGES = ({"role": "user", "content": "Key 7: A, B or C?"},)
 
@@ -80,3 +82,19 @@ def test_an_unparseable_reply_cached_from_one_endpoint_is_not_served_for_another
         working.stop()
     assert len(working.requests) == 8 and later.stats()["cache_hits"] == 0
     assert all(r.text == "Answer: A" for r in replies)
+
+
+def test_a_cache_file_from_before_the_reply_limit_still_opens(tmp_path):
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "CREATE TABLE replies (key TEXT PRIMARY KEY, model TEXT NOT NULL, text TEXT NOT NULL, "
+            "prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL)"
+        )
+        conn.execute("INSERT INTO replies VALUES ('k', 'm', 'Answer: A', 1, 2)")
+    cache = ResponseCache(path)
+    hit = cache.get("k")
+    assert (hit.text, hit.truncated) == ("Answer: A", False)
+    cache.put("k2", "m", "Answer: B", 1, 2, truncated=True)
+    assert cache.get("k2").truncated is True
+    cache.close()
