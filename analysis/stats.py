@@ -330,7 +330,7 @@ def sign_flip_pvalue(diffs: Sequence[float], *, n_resamples: int = N_RESAMPLES, 
     enumerated (exact test); above that, `n_resamples` random patterns estimate p as
     (hits + 1) / (n_resamples + 1). Because the observed pattern is among the 2**n, the smallest exact
     two-sided p is 2 / 2**n: with fewer than 6 seeds (2/32 = 0.0625) p < 0.05 cannot be reached,
-    however large the effect; use >= 10 seeds.
+    however large the effect; use >= 10 seeds. A mean that is 0 up to rounding gives p = 1.
     """
     d = np.asarray(diffs, dtype=float)
     if d.ndim != 1 or np.isnan(d).any():
@@ -339,6 +339,8 @@ def sign_flip_pvalue(diffs: Sequence[float], *, n_resamples: int = N_RESAMPLES, 
     if n == 0:
         return float("nan")
     observed = abs(float(np.ones(n) @ d))
+    if observed <= n * np.finfo(float).eps * float(np.abs(d).sum()):
+        return 1.0  # the mean is 0 up to rounding: every sign pattern reaches it
     reach = observed - _tie_tolerance(observed)
     if n <= EXACT_MAX_PAIRS:
         return _sign_flip_hits(d, reach) / 2**n
@@ -362,9 +364,10 @@ def _sign_flip_hits(d: np.ndarray, reach: float) -> int:
         return 2 ** len(d)
     first = _signed_sums(d[: len(d) // 2])
     second = np.sort(_signed_sums(d[len(d) // 2 :]))
-    above = len(second) - np.searchsorted(second, reach - first, side="left")
-    below = np.searchsorted(second, -reach - first, side="right")
-    return int(above.sum() + below.sum())
+    start_above = np.searchsorted(second, reach - first, side="left")
+    # A tiny `reach` can round both thresholds to the same value: count no pattern twice.
+    end_below = np.minimum(np.searchsorted(second, -reach - first, side="right"), start_above)
+    return int((len(second) - start_above).sum() + end_below.sum())
 
 
 def _tie_tolerance(observed: np.ndarray | float) -> np.ndarray | float:

@@ -117,8 +117,13 @@ def brute_force_sign_flip(d):
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(-40, 40), min_size=1, max_size=12))
 def test_sign_flip_counting_in_halves_equals_enumerating_every_pattern(steps):
-    d = np.array(steps) / 400  # success differences of 400-episode phases: many exact ties
+    d = np.array(steps) / 256  # exact in binary, so sums are exact and ties are real ties
     assert sign_flip_pvalue(d) == brute_force_sign_flip(d)
+
+
+def test_a_mean_that_is_a_rounding_residue_of_zero_counts_every_pattern_once():
+    d = np.array([-29, 30, -1]) / 400  # sums to about 1e-18, not 0, in binary floating point
+    assert sign_flip_pvalue(d) == brute_force_sign_flip(d) == 1.0
 
 
 def test_sign_flip_is_exact_at_twenty_seeds_and_equals_scipy():
