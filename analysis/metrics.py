@@ -31,6 +31,7 @@ METHOD_ORDER = (
     TEPA_REV,
     TEPA_FULL,
     "tepa_norev",
+    "tepa_rev_literal",
 )
 METHOD_LABELS = {
     NO_MEMORY: "No Memory",
@@ -42,6 +43,7 @@ METHOD_LABELS = {
     TEPA_REV: "TEPA-Rev",
     TEPA_FULL: "TEPA-Full",
     "tepa_norev": "TEPA-NoRev",
+    "tepa_rev_literal": "TEPA-Rev (literal rules)",
 }
 EXPERIMENT_ORDER = ("paper_controlled", "paper_executable", "paper_preference", "paper_memoryagentbench")
 #: Pseudo-phase for the whole stream.
@@ -54,7 +56,7 @@ _EPS = 1e-9
 
 
 def method_label(method: str) -> str:
-    """Display name of a method (its config name when it is not one of the nine)."""
+    """Display name of a method (its config name when it is not a built-in one)."""
     return METHOD_LABELS.get(method, method)
 
 
@@ -88,7 +90,7 @@ def sorted_envs(names: Iterable[str]) -> list[str]:
 
 
 def sorted_methods(names: Iterable[str]) -> list[str]:
-    """The nine methods in METHOD_ORDER, then any other (a user's own) alphabetically."""
+    """The built-in methods in METHOD_ORDER, then any other (a user's own) alphabetically."""
     order = {name: i for i, name in enumerate(METHOD_ORDER)}
     return sorted(_distinct(names), key=lambda n: (order.get(n, len(order)), n))
 
@@ -455,7 +457,7 @@ def sweep_method(config: dict[str, object], label: str) -> str:
 
     A sweep's memory labels carry the grid point (e.g. "tepa_rev-theta_rev=0.4-theta_rec=0.5"), so the
     method comes from the memory class in the resolved config: its module names the method
-    ("tepa.tepa_rev.TEPARev" -> "tepa_rev") when that is one of the nine; otherwise the label is kept.
+    ("tepa.tepa_rev.TEPARev" -> "tepa_rev") when that is a built-in one; otherwise the label is kept.
     """
     for key, value in config.items():
         if key.split(".")[-2:] == ["memory", "_target_"] and isinstance(value, str):

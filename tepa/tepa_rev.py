@@ -4,6 +4,7 @@ re-promotion when an old regime returns."""
 from __future__ import annotations
 
 from tepa.lifecycle import PrecedentMemory
+from tepa.retrieval import DEFAULT_TOP_K
 
 
 class TEPARev(PrecedentMemory):
@@ -11,7 +12,59 @@ class TEPARev(PrecedentMemory):
 
     Keyword arguments (all sweepable): a0, b0 (Beta prior, > 0), n_min (observations before the posterior
     may revoke), theta_rev, theta_pro, theta_rec (thresholds in [0, 1]), W (recent-outcome window),
-    m_rec (uses needed before the recent rule may revoke, 1 <= m_rec <= W), top_k (text retrieval).
+    m_rec (uses needed before the recent rule may revoke, 1 <= m_rec <= W), top_k (text retrieval), and
+    the five rule switches, whose defaults are the harness's reading of the rules:
+    counts ("epoch" | "lifetime": what the posterior revocation rule reads), own_failure_new_epoch
+    (True: a revoked precedent's own failure restarts its evidence since revocation),
+    revoked_counts_conflicts (False: a revoked precedent counts no conflicts), clear_recent_on_revoke
+    (True: the recent-use window is emptied at revocation) and stale_feedback ("same_epoch" |
+    "active_only" | "count": feedback that arrives after the precedent was revoked). Validation requires
+    the prior mean a0 / (a0 + b0) <= theta_pro. `memory=tepa_rev_literal` sets the switches to the rule
+    text read literally.
     """
 
     name = "tepa_rev"
+
+
+class TEPARevLiteral(TEPARev):
+    """TEPA-Rev with the rule text read literally (`memory=tepa_rev_literal`): transitions read lifetime
+    counts, a revoked precedent keeps counting conflicts and its recent-use window, its own failures do
+    not restart its evidence since revocation, and feedback counts only for a precedent active now. Only
+    the switches' defaults differ from `TEPARev`; every argument can still be set."""
+
+    name = "tepa_rev_literal"
+
+    def __init__(
+        self,
+        *,
+        a0: float = 1.0,
+        b0: float = 1.0,
+        n_min: int = 3,
+        theta_rev: float = 0.4,
+        theta_pro: float = 0.6,
+        theta_rec: float = 0.5,
+        W: int = 5,
+        m_rec: int = 3,
+        top_k: int = DEFAULT_TOP_K,
+        counts: str = "lifetime",
+        own_failure_new_epoch: bool = False,
+        revoked_counts_conflicts: bool = True,
+        clear_recent_on_revoke: bool = False,
+        stale_feedback: str = "active_only",
+    ) -> None:
+        super().__init__(
+            a0=a0,
+            b0=b0,
+            n_min=n_min,
+            theta_rev=theta_rev,
+            theta_pro=theta_pro,
+            theta_rec=theta_rec,
+            W=W,
+            m_rec=m_rec,
+            top_k=top_k,
+            counts=counts,
+            own_failure_new_epoch=own_failure_new_epoch,
+            revoked_counts_conflicts=revoked_counts_conflicts,
+            clear_recent_on_revoke=clear_recent_on_revoke,
+            stale_feedback=stale_feedback,
+        )
