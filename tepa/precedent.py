@@ -76,7 +76,10 @@ class Precedent:
         if ev is None:
             ev = self._evidence = new_evidence(
                 Evidence,
-                (self.key, self.value, True, self.updated_t, self.text, self.source, self.id, self.s, self.f, self.epoch),
+                (
+                    self.key, self.value, True, self.updated_t, self.text, self.source, self.id, self.s,
+                    self.f, self.epoch,
+                ),  # fmt: skip
             )
         return ev
 
