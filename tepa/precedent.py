@@ -77,8 +77,16 @@ class Precedent:
             ev = self._evidence = new_evidence(
                 Evidence,
                 (
-                    self.key, self.value, True, self.updated_t, self.text, self.source, self.id, self.s,
-                    self.f, self.epoch,
+                    self.key,
+                    self.value,
+                    True,
+                    self.updated_t,
+                    self.text,
+                    self.source,
+                    self.id,
+                    self.s,
+                    self.f,
+                    self.epoch,
                 ),  # fmt: skip
             )
         return ev
