@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import random
 
 import pytest
 from hypothesis import given, settings
@@ -158,3 +159,23 @@ def test_a_prior_mean_above_theta_pro_is_refused_naming_the_keys(cls):
     with pytest.raises(ValueError, match=r"theta_pro=0.4: must be >= the prior mean a0/\(a0\+b0\)=0.5"):
         cls(theta_pro=0.4)
     cls(theta_pro=0.5)  # equality is fine: promotion needs m > theta_pro
+
+
+@pytest.mark.parametrize("variant", ["rev", "full"])
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(params=thresholds(), seed=st.integers(0, 2**32 - 1), trial_answers=st.lists(st.booleans(), max_size=7))
+def test_stated_conditions_hold_after_every_update_for_random_thresholds(
+    variant, params, seed, trial_answers
+):
+    """Long dense streams on two values of one key, where transitions follow each other closely."""
+    rng = random.Random(seed)
+    m = build(variant, params, trial_answers)
+    used = []
+    for t in range(150):
+        if rng.random() < 0.6:
+            m.observe(Observation("k", rng.choice("ab"), rng.random() < 0.8, t))
+        elif rng.random() < 0.5:
+            used = m.retrieve(Query("k"))
+        else:
+            m.feedback(used, rng.random() < 0.5, t)
+        check_rules_hold(m)
