@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from analysis.ablation import ablation_table
 from analysis.figures import make_figures
 from analysis.load import load_runs
 from analysis.metrics import DEFAULT_TOLERANCE, DEFAULT_WINDOW, analyse
@@ -62,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     analysis = analyse(logs, window=args.window, tolerance=args.tolerance, reference=args.reference)
     log.info("computed metrics")
     tables = build_tables(analysis)
+    ablation = ablation_table(analysis, args.runs)
+    if ablation is not None:
+        tables.insert(-1, ablation)  # before the closing table of sources
     write_tables(tables, args.out / "tables")
     log.info("wrote %d tables to %s", len(tables), args.out / "tables")
     figures = make_figures(analysis, logs.episodes, args.out / "figures")

@@ -34,7 +34,18 @@ DPI = 110
 _COLORS = dict(
     zip(
         METHOD_ORDER,
-        ("#7f7f7f", "#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#1f77b4", "#2ca02c", "#9467bd"),
+        (
+            "#7f7f7f",
+            "#d62728",
+            "#ff7f0e",
+            "#8c564b",
+            "#e377c2",
+            "#17becf",
+            "#1f77b4",
+            "#2ca02c",
+            "#9467bd",
+            "#aec7e8",
+        ),
         strict=True,
     )
 )
@@ -51,7 +62,7 @@ class FigureFile:
 
 
 def method_colors(methods: Iterable[str]) -> dict[str, str]:
-    """A fixed colour per method: the nine methods always get the same one; others follow in order."""
+    """A fixed colour per method: the built-in methods always get the same one; others follow in order."""
     extra = [m for m in sorted_methods(methods) if m not in _COLORS]
     return _COLORS | {m: _EXTRA_COLORS[i % len(_EXTRA_COLORS)] for i, m in enumerate(extra)}
 
