@@ -194,8 +194,14 @@ class PrecedentMemory:
                 p.f_epoch += 1
                 p.updated_t = t
                 p._evidence = None
-                if state is _ACTIVE and revokes and self._posterior_due(p):
-                    self._revoke_by_posterior(p, t)
+                if state is _ACTIVE and revokes:  # _posterior_due, inlined: the hot path
+                    if self._lifetime:
+                        s, n = p.s, p.s + p.f
+                    else:
+                        s = p.s_epoch
+                        n = s + p.f_epoch
+                    if n >= self.n_min and (self.a0 + s) / (self.a0 + self.b0 + n) < self.theta_rev:
+                        self._revoke_by_posterior(p, t)
             if own is None:
                 self._create(obs, group)
                 return
@@ -213,8 +219,14 @@ class PrecedentMemory:
         own.updated_t = t
         own._evidence = None
         if own.state is _ACTIVE:
-            if revokes and self._posterior_due(own):
-                self._revoke_by_posterior(own, t)
+            if revokes:  # _posterior_due, inlined
+                if self._lifetime:
+                    s, n = own.s, own.s + own.f
+                else:
+                    s = own.s_epoch
+                    n = s + own.f_epoch
+                if n >= self.n_min and (self.a0 + s) / (self.a0 + self.b0 + n) < self.theta_rev:
+                    self._revoke_by_posterior(own, t)
         elif holds:
             self._check_promotion(own, t)
 
@@ -234,12 +246,25 @@ class PrecedentMemory:
         """Append the outcome to the window of each used precedent it counts for (`stale_feedback`),
         then check the recent-success revocation rule."""
         outcome = True if success else False  # as bool(success), without a call
+        every, mode = self._all, self.stale_feedback
         for ev in used:
-            p = self._fed_back(ev)
-            if p is None:
+            ref = ev.ref  # the precedent's id
+            if not 0 <= ref < len(every):
                 continue
-            p.recent.append(outcome)
-            if p.state is _ACTIVE and self.revokes and self._recent_due(p):
+            p = every[ref]
+            if mode == "same_epoch":
+                if p.epoch != ev.epoch:
+                    continue
+            elif mode == "active_only" and p.state is not _ACTIVE:
+                continue
+            recent = p.recent
+            recent.append(outcome)
+            if (
+                p.state is _ACTIVE
+                and self.revokes
+                and len(recent) >= self.m_rec
+                and sum(recent) / len(recent) < self.theta_rec
+            ):
                 self._revoke_by_recent(p, t)
 
     def on_phase_boundary(self, phase: str, t: int) -> None:
@@ -275,19 +300,6 @@ class PrecedentMemory:
         """The one precedent of (key, value), whatever its state, or None."""
         group = self._by_key.get(key)
         return None if group is None else group.get(value)
-
-    def _fed_back(self, ev: Evidence) -> Precedent | None:
-        """The precedent that feedback on `ev` counts for, or None: `ev.ref` is the precedent's id."""
-        ref = ev.ref
-        if not 0 <= ref < len(self._all):
-            return None
-        p = self._all[ref]
-        mode = self.stale_feedback
-        if mode == "same_epoch":
-            return p if p.epoch == ev.epoch else None
-        if mode == "active_only":
-            return p if p.state is _ACTIVE else None
-        return p
 
     # --- transitions -----------------------------------------------------------------------------------
 
