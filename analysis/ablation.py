@@ -83,7 +83,10 @@ def run_delays(root: Path, run: str) -> list[int | None]:
     archive = root / run / "archive.jsonl"
     rows: list[tuple[int, str, str, str]] = []
     if archive.is_file() and archive.stat().st_size:
-        table = pj.read_json(archive, parse_options=_EVENTS)
+        try:
+            table = pj.read_json(archive, parse_options=_EVENTS)
+        except pa.ArrowInvalid as error:
+            raise ValueError(f"{archive}: not a lifecycle log ({str(error).splitlines()[0]})") from None
         rows = list(zip(*(table.column(c).to_pylist() for c in ("t", "key", "value", "state")), strict=True))
     return return_delays(episodes, StateLog(rows))
 

@@ -21,6 +21,8 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from analysis.validate import check_episodes
+
 log = logging.getLogger(__name__)
 
 LABELS = ("experiment", "env", "memory", "seed")
@@ -108,7 +110,9 @@ def read_episodes(run_dir: Path) -> pa.Table:
     missing = [c for c in REQUIRED_COLUMNS if c not in names]
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
-    return file.read(columns=[c for c in ANALYSIS_COLUMNS if c in names], use_threads=False)
+    table = file.read(columns=[c for c in ANALYSIS_COLUMNS if c in names], use_threads=False)
+    check_episodes(table, path)
+    return table
 
 
 def read_events(run_dir: Path) -> pa.Table:

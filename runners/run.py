@@ -33,6 +33,7 @@ from tqdm import tqdm
 from runners.backend import BackendExhausted
 from runners.config import ConfigError, RunSpec, validate
 from runners.loop import run_stream
+from runners.preflight import check_command_line
 from runners.runlog import StaleRunError, StreamLog, fingerprint, stream_dir
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ CONF_DIR = PROJECT_ROOT / "conf"  # absolute, so that it resolves the same from 
 # only these continues (or skips) the same streams.
 OPERATIONAL = frozenset({
     "api_key_env", "cache_path", "max_concurrency", "timeout", "max_retries", "max_failed_calls",
-    "backoff_base", "backoff_max",
+    "backoff_base", "backoff_max", "retry_after_max", "max_retry_wait",
 })  # fmt: skip
 VERSIONED = ("tepa-harness", "hydra-core", "omegaconf", "numpy", "pandas", "pyarrow", "openai", "tqdm")
 
@@ -252,9 +253,19 @@ def main(cfg: DictConfig) -> None:
     log.info(summary.describe())
 
 
+def cli() -> None:
+    """`python -m runners.run` / `tepa-run`: the checks Hydra's own output must not precede
+    (`runners.preflight`: secrets, unwritable folders, broken YAML), then the Hydra entry point."""
+    try:
+        check_command_line(sys.argv[1:], CONF_DIR)
+    except ConfigError as exc:
+        sys.exit(f"error: {exc}")
+    main()
+
+
 if __name__ == "__main__":
     # Call the importable `runners.run.main`, not this `__main__` copy: launchers (joblib, submitit)
     # pickle the task function by reference, and a worker can import `runners.run` but not `__main__`.
-    from runners.run import main as _main
+    from runners.run import cli as _cli
 
-    _main()
+    _cli()

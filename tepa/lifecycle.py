@@ -41,7 +41,7 @@ from collections.abc import Hashable
 from typing import Any, ClassVar
 
 from tepa.archive import Archive
-from tepa.evidence import Evidence, Observation, Query
+from tepa.evidence import Evidence, Observation, Query, check_observation
 from tepa.precedent import Precedent, State
 from tepa.retrieval import DEFAULT_TOP_K, rank
 
@@ -176,6 +176,7 @@ class PrecedentMemory:
     def observe(self, obs: Observation) -> None:
         """Count `obs` on the precedents of its key (one key has one current value), create a hypothesis
         for a new value that holds, and check the rules of what changed."""
+        check_observation(obs)
         key, value, holds, t = obs.key, obs.value, obs.holds, obs.t
         group = self._by_key.get(key)
         if group is None:
@@ -244,14 +245,17 @@ class PrecedentMemory:
 
     def feedback(self, used: list[Evidence], success: bool, t: int) -> None:
         """Append the outcome to the window of each used precedent it counts for (`stale_feedback`),
-        then check the recent-success revocation rule."""
+        then check the recent-success revocation rule. Evidence this memory did not hand out (its ref
+        names no precedent, or one of another key) is ignored."""
         outcome = True if success else False  # as bool(success), without a call
         every, mode = self._all, self.stale_feedback
         for ev in used:
             ref = ev.ref  # the precedent's id
-            if not 0 <= ref < len(every):
+            if type(ref) is not int or not 0 <= ref < len(every):
                 continue
             p = every[ref]
+            if p.key != ev.key:
+                continue
             if mode == "same_epoch":
                 if p.epoch != ev.epoch:
                     continue

@@ -8,9 +8,10 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 
 from analysis.__main__ import main as analysis_main
-from analysis.ablation import StateLog, regimes, return_delays
+from analysis.ablation import StateLog, regimes, return_delays, run_delays
 from runners.run import PROJECT_ROOT
 
 
@@ -64,3 +65,13 @@ def test_the_ablation_experiment_runs_its_arms_and_the_report_shows_the_delay(tm
     assert by_arm.loc["tepa_rev_literal", "back"] < by_arm.loc["tepa_rev_literal", "returns"]
     readme = (tmp_path / "out" / "README.md").read_text()
     assert "TEPA-Rev's rule switches: per-phase success and re-promotion delay" in readme
+
+
+def test_a_garbled_archive_stops_the_ablation_table_with_one_line_naming_the_file(tmp_path):
+    run = tmp_path / "r"
+    run.mkdir()
+    pd.DataFrame({"t": [0, 1], "key": ["k", "k"], "correct": ["a", "a"]}).to_parquet(run / "episodes.parquet")
+    (run / "archive.jsonl").write_text("{not json\n")
+    with pytest.raises(ValueError, match=r"archive.jsonl: not a lifecycle log") as err:
+        run_delays(tmp_path, "r")
+    assert "\n" not in str(err.value)
