@@ -3,8 +3,9 @@ re-promotion when an old regime returns."""
 
 from __future__ import annotations
 
+import functools
+
 from tepa.lifecycle import PrecedentMemory
-from tepa.retrieval import DEFAULT_TOP_K
 
 
 class TEPARev(PrecedentMemory):
@@ -26,45 +27,21 @@ class TEPARev(PrecedentMemory):
     name = "tepa_rev"
 
 
+#: The rule switches read literally (see `tepa.lifecycle`); `TEPARevLiteral`'s defaults.
+LITERAL_RULES = {
+    "counts": "lifetime",
+    "own_failure_new_epoch": False,
+    "revoked_counts_conflicts": True,
+    "clear_recent_on_revoke": False,
+    "stale_feedback": "active_only",
+}
+
+
 class TEPARevLiteral(TEPARev):
     """TEPA-Rev with the rule text read literally (`memory=tepa_rev_literal`): transitions read lifetime
     counts, a revoked precedent keeps counting conflicts and its recent-use window, its own failures do
     not restart its evidence since revocation, and feedback counts only for a precedent active now. Only
-    the switches' defaults differ from `TEPARev`; every argument can still be set."""
+    the switches' defaults differ from `TEPARev` (its signature shows them); every argument can be set."""
 
     name = "tepa_rev_literal"
-
-    def __init__(
-        self,
-        *,
-        a0: float = 1.0,
-        b0: float = 1.0,
-        n_min: int = 3,
-        theta_rev: float = 0.4,
-        theta_pro: float = 0.6,
-        theta_rec: float = 0.5,
-        W: int = 5,
-        m_rec: int = 3,
-        top_k: int = DEFAULT_TOP_K,
-        counts: str = "lifetime",
-        own_failure_new_epoch: bool = False,
-        revoked_counts_conflicts: bool = True,
-        clear_recent_on_revoke: bool = False,
-        stale_feedback: str = "active_only",
-    ) -> None:
-        super().__init__(
-            a0=a0,
-            b0=b0,
-            n_min=n_min,
-            theta_rev=theta_rev,
-            theta_pro=theta_pro,
-            theta_rec=theta_rec,
-            W=W,
-            m_rec=m_rec,
-            top_k=top_k,
-            counts=counts,
-            own_failure_new_epoch=own_failure_new_epoch,
-            revoked_counts_conflicts=revoked_counts_conflicts,
-            clear_recent_on_revoke=clear_recent_on_revoke,
-            stale_feedback=stale_feedback,
-        )
+    __init__ = functools.partialmethod(TEPARev.__init__, **LITERAL_RULES)
