@@ -10,14 +10,17 @@ any episode runs: a bad value stops the run with one line that names the key.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import functools
 import logging
+import signal
 import subprocess
 import sys
+import threading
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
@@ -31,9 +34,10 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from runners.backend import BackendExhausted
-from runners.config import ConfigError, RunSpec, validate
-from runners.loop import run_stream
-from runners.runlog import StaleRunError, StreamLog, fingerprint, stream_dir
+from runners.config import RunSpec, validate
+from runners.identity import Variant, stream_identity, variant_of
+from runners.loop import ReplayMismatch, replay_problem, run_stream
+from runners.runlog import PARTIAL_EPISODES, StreamLog, stream_dir
 
 log = logging.getLogger(__name__)
 # conf/hydra/launcher/{joblib,submitit_slurm}.yaml set this project's launcher defaults under the
@@ -42,13 +46,14 @@ warnings.filterwarnings("ignore", message=r"(?s).*validated against ConfigStore 
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = PROJECT_ROOT / "conf"  # absolute, so that it resolves the same from `-m`, the script and workers
-# Backend settings that change how calls are made, not what the model answers: a rerun that changes
-# only these continues (or skips) the same streams.
-OPERATIONAL = frozenset({
-    "api_key_env", "cache_path", "max_concurrency", "timeout", "max_retries", "max_failed_calls",
-    "backoff_base", "backoff_max",
-})  # fmt: skip
+#: Seconds after SIGINT / SIGTERM before a run that has not stopped yet is interrupted outright.
+STOP_GRACE_S = 1.0
 VERSIONED = ("tepa-harness", "hydra-core", "omegaconf", "numpy", "pandas", "pyarrow", "openai", "tqdm")
+
+
+class RunInterrupted(CompactHydraException):
+    """SIGINT or SIGTERM stopped the run; its logged episodes are kept and a rerun resumes them. Hydra
+    prints it as one line and exits 1."""
 
 
 class RunStopped(CompactHydraException):
@@ -86,38 +91,72 @@ class RunSummary:
 
 
 def execute(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSummary:
-    """Validate a composed config and run it (`choices`: the selected group options, for labels)."""
+    """Validate a composed config and run it (`choices`: the selected group options, for labels and
+    the stream directories). SIGINT and SIGTERM stop it with `RunInterrupted`."""
     spec = validate(cfg, choices)
-    return asyncio.run(run_spec(spec))
+    variant = variant_of(cfg, choices, str(CONF_DIR))
+    return run_interruptible(run_spec(spec, variant))
 
 
-async def run_spec(spec: RunSpec) -> RunSummary:
-    """Run every seed of `spec` that is not complete yet, concurrently."""
+def run_interruptible(main: Coroutine[Any, Any, RunSummary]) -> RunSummary:
+    """`asyncio.run(main)`, stopped by SIGINT or SIGTERM within a second or two.
+
+    The first signal cancels the run: each stream stops at its next episode (the loop yields to the
+    event loop every few milliseconds, see `runners.loop`), its partial log is flushed and closed,
+    environments close (executable_drift removes its sandbox) and `RunInterrupted` says to rerun. A
+    second signal, or a run still busy `STOP_GRACE_S` after the first, raises KeyboardInterrupt at once.
+    Outside the main thread (some launchers' workers) signals are left to Python's defaults."""
+    received: list[int] = []
+    tasks: list[asyncio.Task] = []
+
+    async def guarded() -> RunSummary:
+        tasks.append(asyncio.current_task())  # type: ignore[arg-type]
+        return await main
+
+    def stop(signum: int, frame: Any) -> None:
+        received.append(signum)
+        if len(received) > 1 or not tasks:
+            raise KeyboardInterrupt
+        tasks[0].cancel()
+        watchdog = threading.Timer(STOP_GRACE_S, _thread.interrupt_main, args=(signum,))
+        watchdog.daemon = True
+        watchdog.start()
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return asyncio.run(guarded())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        if not received:
+            raise
+        name = signal.Signals(received[0]).name
+        raise RunInterrupted(
+            f"stopped by {name}: the episodes run so far are logged; rerun the same command to resume"
+        ) from None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+async def run_spec(spec: RunSpec, variant: Variant | None = None) -> RunSummary:
+    """Run every seed of `spec` that is not complete yet, concurrently (`variant`: how the config
+    differs from its experiment's own, which names the stream directories; None: the plain ones)."""
     # Build everything before the first episode (and before looking at old runs), so that a bad value
     # stops the run with its message whatever is on disk.
-    parts: dict[int, tuple[Any, Any]] = {}
+    parts: dict[int, list[Any]] = {}
     backend = None
+    results: list[Any] = []
     try:
         for seed in spec.seeds:
-            parts[seed] = (spec.env.build(), spec.memory.build())
+            parts[seed] = [spec.env.build(), spec.memory.build()]
         backend = spec.llm.build()
-        logs = {seed: _stream_log(spec, seed) for seed in spec.seeds}
-        try:
-            done = {seed for seed, slog in logs.items() if slog.is_complete()}
-        except StaleRunError as exc:
-            raise ConfigError(str(exc)) from None
-        for seed in done:
-            logs[seed].discard_partial()
-        outcomes = {seed: StreamOutcome(logs[seed].dir, seed, skipped=True) for seed in done}
-        pending = [seed for seed in spec.seeds if seed not in done]
-        total = _total([parts[seed][0] for seed in pending])
         enabled = spec.progress if spec.progress is not None else sys.stderr.isatty()
         desc = f"{spec.name} {spec.env.label} {spec.memory.label}"
-        with tqdm(
-            total=total, desc=desc, unit="ep", disable=not enabled or not pending, dynamic_ncols=True
-        ) as bar:
+        total = _total([env for env, _ in parts.values()])
+        with tqdm(total=total, desc=desc, unit="ep", disable=not enabled, dynamic_ncols=True) as bar:
             results = await asyncio.gather(
-                *(_run_one(spec, seed, *parts[seed], backend, logs[seed], bar) for seed in pending),
+                *(_stream(spec, seed, parts[seed], backend, variant, bar) for seed in spec.seeds),
                 return_exceptions=True,
             )
     finally:
@@ -136,15 +175,69 @@ async def run_spec(spec: RunSpec) -> RunSummary:
         raise RunStopped(f"stopped: {failures[0]}; rerun the same command to resume") from None
     if failures:
         raise failures[0]
-    outcomes.update(zip(pending, results, strict=True))
-    return RunSummary(tuple(outcomes[seed] for seed in spec.seeds))
+    return RunSummary(tuple(results))
+
+
+async def _stream(
+    spec: RunSpec, seed: int, part: list[Any], backend: Any, variant: Variant | None, bar: tqdm
+) -> StreamOutcome:
+    """One stream under its lock: skipped when complete and verified, else resumed or run."""
+    env = part[0]
+    identity = stream_identity(spec, seed, variant, getattr(env, "provenance", None))
+    name = variant.name if variant is not None else ""
+    directory = stream_dir(spec.results_dir, spec.name, spec.env.label, spec.memory.label, seed, name)
+    slog = StreamLog(directory, identity)
+    await slog.acquire()
+    try:
+        if slog.is_complete():
+            slog.discard_partial()
+            _skip_in(bar, env)
+            return StreamOutcome(slog.dir, seed, skipped=True)
+        replay = _until_failed_call(slog.replay(replay_problem))
+        while True:
+            try:
+                return await _run_one(spec, seed, *part, backend, slog, replay, variant, bar)
+            except ReplayMismatch as exc:
+                log.warning(
+                    "%s: %s; replaying the %d episode(s) before it and asking the rest again",
+                    slog.dir / PARTIAL_EPISODES, exc, exc.index,
+                )  # fmt: skip
+                replay = replay[: exc.index]
+                _rebuild(spec, part)
+    finally:
+        slog.release()
+
+
+def _rebuild(spec: RunSpec, part: list[Any]) -> None:
+    """A fresh environment and memory for a stream that has to start over."""
+    close = getattr(part[0], "close", None)
+    if close is not None:
+        close()
+    part[:] = [spec.env.build(), spec.memory.build()]
+
+
+def _skip_in(bar: tqdm, env: Any) -> None:
+    """Take a skipped stream's episodes out of the progress bar's total."""
+    if bar.total is not None:
+        try:
+            bar.total -= len(env)
+        except TypeError:
+            return
+        bar.refresh()
 
 
 async def _run_one(
-    spec: RunSpec, seed: int, env: Any, memory: Any, backend: Any, slog: StreamLog, bar: tqdm
+    spec: RunSpec,
+    seed: int,
+    env: Any,
+    memory: Any,
+    backend: Any,
+    slog: StreamLog,
+    replay: list[dict[str, Any]],
+    variant: Variant | None,
+    bar: tqdm,
 ) -> StreamOutcome:
     started, clock = datetime.now(UTC), time.perf_counter()
-    replay = _until_failed_call(slog.replay())
     slog.open(replay)
     labels = {"experiment": spec.name, "env": spec.env.label, "memory": spec.memory.label}
     try:
@@ -163,6 +256,8 @@ async def _run_one(
     meta = {
         **labels,
         "seed": seed,
+        "variant": variant.name if variant is not None else "",
+        "overrides": variant.overrides if variant is not None else {},
         "replayed": len(replay),
         "started_at": started.isoformat(timespec="seconds"),
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -185,21 +280,6 @@ def _until_failed_call(replay: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if rec.get("error"):
             return replay[:i]
     return replay
-
-
-def _stream_log(spec: RunSpec, seed: int) -> StreamLog:
-    """A stream's log, keyed by the fingerprint of what determines its episodes."""
-    identity = {
-        "env": {"_target_": spec.env.target, **spec.env.params},
-        "memory": {"_target_": spec.memory.target, **spec.memory.params},
-        "llm": {
-            "_target_": spec.llm.target,
-            **{k: v for k, v in spec.llm.params.items() if k not in OPERATIONAL},
-        },
-        "seed": seed,
-    }
-    directory = stream_dir(spec.results_dir, spec.name, spec.env.label, spec.memory.label, seed)
-    return StreamLog(directory, fingerprint(identity))
 
 
 def _total(envs: list[Any]) -> int | None:
