@@ -3,7 +3,13 @@
 A run directory is any directory under the root that holds a meta.json with `"complete": true` (the
 runner writes it last, atomically), so interrupted runs are skipped and the layout below the root may
 grow extra levels (a sweep's parameter folders, say). Labels (experiment, env, memory, seed) come from
-the episode rows, not from the path.
+the episode rows, not from the path. Directories the runner moved aside (`seed=0.corrupt-...`) are not
+runs.
+
+A run is trusted only once its files verify against the checksums its meta.json records
+(`analysis.integrity.verify`, the runner's own check) and its episode columns have the types the
+analysis needs without nulls. A run that fails is skipped with one logged line naming the file (and
+the column) and what is wrong, and the rest are analysed.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from analysis.integrity import is_aside, verify
+
 log = logging.getLogger(__name__)
 
 LABELS = ("experiment", "env", "memory", "seed")
@@ -36,6 +44,13 @@ _EVENT_PARSING = pj.ParseOptions(explicit_schema=EVENT_SCHEMA, unexpected_field_
 #: The episode columns the analysis uses; the others (task keys, actions, raw replies) are not read,
 #: which keeps loading a full reproduction fast.
 ANALYSIS_COLUMNS = (*REQUIRED_COLUMNS, "prompt_tokens", *COUNTERS, *STATE_COUNTS)
+#: What each required column must hold (checked per run, so a bad file is named, not a crash later).
+_TEXT = ("string", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t))
+COLUMN_TYPES = {
+    "experiment": _TEXT, "env": _TEXT, "memory": _TEXT, "phase": _TEXT,
+    "seed": ("integer", pa.types.is_integer), "t": ("integer", pa.types.is_integer),
+    "success": ("boolean", pa.types.is_boolean),
+}  # fmt: skip
 #: Threads reading run files concurrently.
 _READERS = 4
 #: The threshold-sweep experiment: its runs share labels and differ only in their resolved config.
@@ -88,7 +103,7 @@ def find_runs(root: str | Path) -> list[Path]:
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"root: {root} is not a directory")
-    candidates = sorted(p.parent for p in root.rglob("meta.json"))
+    candidates = sorted(p.parent for p in root.rglob("meta.json") if not is_aside(p.parent.relative_to(root)))
     complete = [p for p in candidates if is_complete(p)]
     if len(complete) < len(candidates):
         log.info("skipping %d incomplete run(s) under %s", len(candidates) - len(complete), root)
@@ -108,7 +123,14 @@ def read_episodes(run_dir: Path) -> pa.Table:
     missing = [c for c in REQUIRED_COLUMNS if c not in names]
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
-    return file.read(columns=[c for c in ANALYSIS_COLUMNS if c in names], use_threads=False)
+    table = file.read(columns=[c for c in ANALYSIS_COLUMNS if c in names], use_threads=False)
+    for name, (expected, is_type) in COLUMN_TYPES.items():
+        column = table.column(name)
+        if not is_type(column.type):
+            raise ValueError(f"{path}: column {name} has type {column.type}, expected {expected}")
+        if column.null_count:
+            raise ValueError(f"{path}: column {name} has {column.null_count} null value(s)")
+    return table
 
 
 def read_events(run_dir: Path) -> pa.Table:
@@ -147,13 +169,19 @@ def _with_labels(table: pa.Table, run: str, labels: dict[str, object]) -> pa.Tab
     return pa.Table.from_arrays(columns, names=[*values, *table.column_names])
 
 
-def _read_run(root: Path, run_dir: Path) -> tuple[str, pa.Table, pa.Table, dict]:
-    return (
-        run_dir.relative_to(root).as_posix(),
-        read_episodes(run_dir),
-        read_events(run_dir),
-        read_meta(run_dir),
-    )
+def _read_run(root: Path, run_dir: Path) -> tuple[str, pa.Table, pa.Table, dict] | str:
+    """A run's files, or one line saying why it cannot be trusted (see the module docstring)."""
+    meta = read_meta(run_dir)
+    if "files" in meta:  # runs written before checksums were recorded are read unverified
+        problem = verify(run_dir, meta)
+        if problem is not None:
+            return problem
+    try:
+        return run_dir.relative_to(root).as_posix(), read_episodes(run_dir), read_events(run_dir), meta
+    except ValueError as exc:  # a wrong column, or pyarrow's ArrowInvalid (a ValueError too)
+        return str(exc).splitlines()[0]
+    except (OSError, pa.ArrowException) as exc:
+        return f"{run_dir}: unreadable ({str(exc).splitlines()[0]})"
 
 
 def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:
@@ -165,12 +193,15 @@ def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:
     """
     root = Path(root)
     run_dirs = find_runs(root)
-    tables, events, runs = [], [], []
+    tables, events, runs, skipped = [], [], [], []
     with ThreadPoolExecutor(max_workers=_READERS) as pool:
         loaded = pool.map(lambda run_dir: _read_run(root, run_dir), run_dirs)
-        for run, table, archive, meta in tqdm(
-            loaded, total=len(run_dirs), desc="reading runs", unit="run", disable=not progress
-        ):
+        for read in tqdm(loaded, total=len(run_dirs), desc="reading runs", unit="run", disable=not progress):
+            if isinstance(read, str):
+                log.warning("skipping a run that cannot be trusted: %s", read)
+                skipped.append(read)
+                continue
+            run, table, archive, meta = read
             if table.num_rows == 0:
                 log.info("run %s has no episodes; skipped", run)
                 continue
@@ -179,7 +210,8 @@ def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:
             events.append(_with_labels(archive, run, labels))
             runs.append({"run": run, **labels, "n_episodes": table.num_rows, "config": flatten(meta)})
     if not runs:
-        raise ValueError(f"root: no complete runs with episodes under {root}")
+        why = f" ({len(skipped)} skipped, e.g. {skipped[0]})" if skipped else ""
+        raise ValueError(f"root: no complete runs with episodes under {root}{why}")
     runs_frame = pd.DataFrame(runs)
     _check_unique(runs_frame)
     episodes = pa.concat_tables(tables, promote_options="permissive").to_pandas()

@@ -3,8 +3,9 @@
 A stream's identity is everything that decides its episodes: for env, memory and llm the chosen config
 option and its parameters (not the Python path of the class, so moving a class keeps its runs; the path
 counts only where the user chose it, as with `memory=custom memory._target_=...`), the seed, and the
-fingerprint of the input data when the environment reads data files (its `provenance`). Backend keys
-that change how calls are made but not what the model answers (`OPERATIONAL`) are not part of it.
+fingerprint of the input data when the environment reads data files (its `provenance`). Keys that change
+how a stream runs but not its episodes (`OPERATIONAL`: a backend's timeouts, an environment's data
+folder) are not part of it.
 
 Directories stay readable: `results/runs/<experiment>/<env>/<memory>/seed=<n>/` holds the experiment's
 own configuration (the config composed from the same options, without value overrides). A configuration
@@ -31,12 +32,16 @@ from omegaconf import DictConfig, OmegaConf
 from runners.config import RunSpec
 
 GROUPS = ("env", "memory", "llm")
-# Backend settings that change how calls are made, not what the model answers: a rerun that changes
-# only these continues (or skips) the same streams.
-OPERATIONAL = frozenset({
-    "api_key_env", "cache_path", "max_concurrency", "timeout", "max_retries", "max_failed_calls",
-    "backoff_base", "backoff_max",
-})  # fmt: skip
+# Settings that change how a stream is run, not its episodes: a rerun that changes only these continues
+# (or skips) the same streams. Backends: how calls are made, not what the model answers. Environments:
+# where files live (the content of data files is fingerprinted instead, see the module docstring).
+OPERATIONAL = {
+    "llm": frozenset({
+        "api_key_env", "cache_path", "max_concurrency", "timeout", "max_retries", "max_failed_calls",
+        "backoff_base", "backoff_max",
+    }),
+    "env": frozenset({"data_dir", "sandbox_dir"}),
+}  # fmt: skip
 _HARNESS_KEYS = frozenset({"label"})  # keys of a component node that configure the harness, not the run
 _SAFE = re.compile(r"[A-Za-z0-9_.=+,-]{1,120}")
 _REFERENCE = re.compile(r"\$\{\s*(\.?[A-Za-z_][\w.]*)\s*\}")
@@ -81,7 +86,8 @@ def stream_identity(spec: RunSpec, seed: int, variant: Variant | None, data: Any
     identity: dict[str, Any] = {}
     for group in GROUPS:
         component = getattr(spec, group)
-        params = {k: v for k, v in component.params.items() if not (group == "llm" and k in OPERATIONAL)}
+        skip = OPERATIONAL.get(group, frozenset())
+        params = {k: v for k, v in component.params.items() if k not in skip}
         if variant is None or group in variant.chosen_targets or group not in variant.options:
             head = {"_target_": component.target}
         else:
@@ -105,7 +111,7 @@ def _component_values(cfg: DictConfig, group: str) -> dict[str, Any]:
     """A component node's resolved values as dotted keys, without harness and operational keys."""
     node = OmegaConf.to_container(cfg[group], resolve=True, throw_on_missing=False)
     assert isinstance(node, dict)
-    skip = _HARNESS_KEYS | (OPERATIONAL if group == "llm" else frozenset())
+    skip = _HARNESS_KEYS | OPERATIONAL.get(group, frozenset())
     return {f"{group}.{k}": v for k, v in node.items() if k not in skip}
 
 

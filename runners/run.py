@@ -14,6 +14,7 @@ import _thread
 import asyncio
 import functools
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from typing import Any
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import CompactHydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig
 from tqdm import tqdm
 
@@ -52,8 +54,12 @@ VERSIONED = ("tepa-harness", "hydra-core", "omegaconf", "numpy", "pandas", "pyar
 
 
 class RunInterrupted(CompactHydraException):
-    """SIGINT or SIGTERM stopped the run; its logged episodes are kept and a rerun resumes them. Hydra
-    prints it as one line and exits 1."""
+    """SIGINT or SIGTERM (`signum`) stopped the run; its logged episodes are kept and a rerun resumes
+    them. One line, exit status 128 + signum (see `main`)."""
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.signum = signum
 
 
 class RunStopped(CompactHydraException):
@@ -132,7 +138,8 @@ def run_interruptible(main: Coroutine[Any, Any, RunSummary]) -> RunSummary:
             raise
         name = signal.Signals(received[0]).name
         raise RunInterrupted(
-            f"stopped by {name}: the episodes run so far are logged; rerun the same command to resume"
+            f"stopped by {name}: the episodes run so far are logged; rerun the same command to resume",
+            received[0],
         ) from None
     finally:
         for sig, handler in previous.items():
@@ -328,8 +335,26 @@ def main(cfg: DictConfig) -> None:
     # The openai client's HTTP layer logs every request at INFO: one line per model call drowns the run log.
     for name in ("httpx", "httpx2"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    summary = execute(cfg, HydraConfig.get().runtime.choices)
+    hydra_cfg = HydraConfig.get()
+    try:
+        summary = execute(cfg, hydra_cfg.runtime.choices)
+    except RunInterrupted as exc:
+        if hydra_cfg.mode == RunMode.RUN:
+            _exit_now(exc)
+        raise
     log.info(summary.describe())
+
+
+def _exit_now(exc: RunInterrupted) -> None:
+    """Leave a single run at once with the signal's exit status (130 for SIGINT, 143 for SIGTERM) and
+    one line: everything is logged and closed by now, and tearing down the interpreter's modules (pandas,
+    pyarrow, Hydra) could take seconds on a busy machine. A multirun's jobs raise instead, so that the
+    launcher ends them its own way."""
+    print(exc, file=sys.stderr)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(128 + exc.signum)
 
 
 if __name__ == "__main__":
