@@ -39,7 +39,7 @@ from runners.backend import BackendExhausted
 from runners.config import RunSpec, validate
 from runners.identity import Variant, stream_identity, variant_of
 from runners.loop import ReplayMismatch, replay_problem, run_stream
-from runners.runlog import PARTIAL_EPISODES, StreamLog, stream_dir
+from runners.runlog import PARTIAL_EPISODES, StreamLog, differences, partial_summary, stream_dir
 
 log = logging.getLogger(__name__)
 # conf/hydra/launcher/{joblib,submitit_slurm}.yaml set this project's launcher defaults under the
@@ -200,19 +200,40 @@ async def _stream(
             slog.discard_partial()
             _skip_in(bar, env)
             return StreamOutcome(slog.dir, seed, skipped=True)
+        _note_other_partial_logs(slog, directory.parent.parent if name else directory.parent)
         replay = _until_failed_call(slog.replay(replay_problem))
         while True:
             try:
                 return await _run_one(spec, seed, *part, backend, slog, replay, variant, bar)
             except ReplayMismatch as exc:
-                log.warning(
-                    "%s: %s; replaying the %d episode(s) before it and asking the rest again",
-                    slog.dir / PARTIAL_EPISODES, exc, exc.index,
-                )  # fmt: skip
+                what = f"{exc}; replaying the {exc.index} episode(s) before it, asking the rest"
+                slog.set_aside_partial("damaged", what)
                 replay = replay[: exc.index]
                 _rebuild(spec, part)
     finally:
         slog.release()
+
+
+def _note_other_partial_logs(slog: StreamLog, labelled: Path) -> None:
+    """One line for each partly done run of another configuration with the same labels and seed (under
+    `labelled`, the memory label's directory) that nothing is writing now: it is kept where it is, and
+    rerunning its configuration finishes it. Only when this stream starts afresh."""
+    if (slog.dir / PARTIAL_EPISODES).exists():
+        return
+    seed = slog.dir.name
+    for path in [labelled / seed / PARTIAL_EPISODES, *sorted(labelled.glob(f"*/{seed}/{PARTIAL_EPISODES}"))]:
+        if path.parent == slog.dir or not path.is_file():
+            continue
+        other = StreamLog(path.parent, {})
+        if other.try_acquire() is not None:  # being written: a concurrent job of the same sweep
+            continue
+        other.release()
+        identity, n = partial_summary(path)
+        log.warning(
+            "%s: a partly done run of another configuration (%d episode(s); differs in: %s) is kept "
+            "there; rerun that configuration to finish it",
+            path, n, ", ".join(differences(identity, slog.identity)),
+        )  # fmt: skip
 
 
 def _rebuild(spec: RunSpec, part: list[Any]) -> None:

@@ -211,11 +211,11 @@ class StreamLog:
             header, _ = _read_line(f)
             head = _parse(header) if header is not None else None
             if not head or "fingerprint" not in head:
-                self._set_aside(path, "damaged", "its first line is not this log's header; starting afresh")
+                self.set_aside_partial("damaged", "its first line is not this log's header; starting afresh")
                 return []
             if head["fingerprint"] != self.fingerprint:
                 changed = ", ".join(differences(head.get("identity"), self.identity)) or "its fingerprint"
-                self._set_aside(path, "other-config", f"another configuration's log (differs in: {changed})")
+                self.set_aside_partial("other-config", f"another configuration's log (differs in: {changed})")
                 return []
             records: list[dict] = []
             while True:
@@ -230,11 +230,13 @@ class StreamLog:
                 if why is not None:
                     n = len(records)
                     what = f"line {n + 2} is {why}; replaying the {n} episode(s) before it, asking the rest"
-                    self._set_aside(path, "damaged", what)
+                    self.set_aside_partial("damaged", what)
                     return records
                 records.append(rec)
 
-    def _set_aside(self, path: Path, reason: str, what: str) -> None:
+    def set_aside_partial(self, reason: str, what: str) -> None:
+        """Move the partial log aside (kept, never deleted), saying `what` happened in one line."""
+        path = self.dir / PARTIAL_EPISODES
         moved = move_aside(path, reason)
         log.warning("%s: %s (the log is kept as %s)", path, what, moved.name)
 
@@ -285,6 +287,14 @@ class StreamLog:
             self.dir / META, (json.dumps({**full, "complete": True}, indent=2, default=str) + "\n").encode()
         )
         self.discard_partial()
+
+
+def partial_summary(path: Path) -> tuple[dict[str, Any] | None, int]:
+    """A partial log's identity (None when its header is unreadable) and how many lines follow it."""
+    with open(path, "rb") as f:
+        header, _ = _read_line(f)
+        head = _parse(header) if header is not None else None
+        return (head or {}).get("identity"), sum(1 for _ in f)
 
 
 def _read_line(f: IO[bytes]) -> tuple[bytes | None, bool]:
