@@ -152,10 +152,25 @@ def _labels(table: pa.Table, run: str) -> dict[str, object]:
     return labels
 
 
+def variants(runs: pd.DataFrame) -> pd.Series:
+    """Each run's configuration variant: "" for its experiment's own configuration, else the keys that
+    differ from it (meta.json's `variant`, which the runner also uses as a directory level)."""
+    return runs["config"].map(lambda config: str(config.get("variant") or ""))
+
+
+def in_sweep(runs: pd.DataFrame) -> pd.Series:
+    """Which runs are grid points of a sweep: the threshold-sweep experiment's, and every run whose
+    labels (experiment, env, memory) another run shares with another configuration variant, whatever
+    key was swept (a threshold, a reader parameter, an environment size)."""
+    shared = runs.assign(variant=variants(runs)).groupby(list(LABELS[:3]))["variant"].transform("nunique")
+    return (runs["experiment"] == SWEEP_EXPERIMENT) | (shared > 1)
+
+
 def _check_unique(runs: pd.DataFrame) -> None:
-    """Two runs with the same labels would be averaged as if they were two seeds: refuse."""
-    regular = runs[runs["experiment"] != SWEEP_EXPERIMENT]
-    dup = regular[regular.duplicated(list(LABELS), keep=False)]
+    """Two runs with the same labels and configuration would be averaged as if they were two seeds:
+    refuse."""
+    regular = runs[runs["experiment"] != SWEEP_EXPERIMENT].assign(variant=variants(runs))
+    dup = regular[regular.duplicated([*LABELS, "variant"], keep=False)]
     if not dup.empty:
         raise ValueError(
             "runs with identical (experiment, env, memory, seed) labels: " + ", ".join(sorted(dup["run"]))

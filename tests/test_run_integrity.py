@@ -18,6 +18,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from shared_data import DATA_DIR
 
+from analysis.__main__ import main as analysis_main
 from analysis.integrity import file_record
 from analysis.load import load_runs
 from envs.controlled_drift import ControlledDrift
@@ -400,3 +401,19 @@ def test_a_run_removes_the_sandbox_a_killed_run_left_behind(tmp_path):
         "memory=lww",
     )
     assert sorted(p.name for p in sandboxes.iterdir()) == [alive.name]
+
+
+def test_the_analysis_tabulates_and_draws_a_sweep_over_any_key(tmp_path):
+    for lapse in ("0.0", "0.5"):
+        run(tmp_path, TINY, "memory=tepa_rev", f"llm.lapse={lapse}", "seeds=[0,1]")
+    run(tmp_path, TINY, "memory=lww", "seeds=[0,1]")
+    out = tmp_path / "out"
+    assert analysis_main(["--runs", str(tmp_path / "runs"), "--out", str(out), "--quiet"]) == 0
+    sweep = pd.read_csv(out / "tables" / "sweep_thresholds.csv")
+    assert sorted(zip(sweep["memory"], sweep["lapse"], sweep["n"], strict=True)) == [
+        ("tepa_rev", 0.0, 2),
+        ("tepa_rev", 0.5, 2),
+    ]
+    assert (out / "figures" / "sweep_controlled_drift_tepa_rev.png").is_file()
+    success = pd.read_csv(next((out / "tables").glob("success_adhoc*.csv")))
+    assert set(success["memory"]) == {"lww"}  # grid points are not averaged as if they were seeds
