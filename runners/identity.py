@@ -18,6 +18,7 @@ directory, decided by the job alone, without knowing the other jobs of the sweep
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -64,7 +65,7 @@ class Variant:
 def variant_of(cfg: DictConfig, choices: Mapping[str, str | None], conf_dir: str) -> Variant:
     """Compare `cfg` with the config composed from the same options (no value overrides)."""
     options = {g: str(choices[g]) for g in (*GROUPS, "experiment") if choices.get(g)}
-    base = _compose([f"{g}={c}" for g, c in options.items()], conf_dir)
+    base = _compose(tuple(f"{g}={c}" for g, c in options.items()), conf_dir)
     overrides: dict[str, Any] = {}
     chosen = set()
     for group in GROUPS:
@@ -99,12 +100,14 @@ def stream_identity(spec: RunSpec, seed: int, variant: Variant | None, data: Any
     return identity
 
 
-def _compose(overrides: list[str], conf_dir: str) -> DictConfig:
-    """The config of `overrides` (group options only), inside a running Hydra app or outside one."""
+@functools.lru_cache(maxsize=64)
+def _compose(overrides: tuple[str, ...], conf_dir: str) -> DictConfig:
+    """The config of `overrides` (group options only), inside a running Hydra app or outside one;
+    composed once per process (a launcher's worker runs many jobs with the same options), read only."""
     if GlobalHydra.instance().is_initialized():
-        return compose(config_name="config", overrides=overrides)
+        return compose(config_name="config", overrides=list(overrides))
     with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
+        return compose(config_name="config", overrides=list(overrides))
 
 
 def _component_values(cfg: DictConfig, group: str) -> dict[str, Any]:

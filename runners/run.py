@@ -2,8 +2,10 @@
 
 One run is one (experiment, env, memory, llm) config over one or more seeds (`seed=0` or
 `seeds=[0,1,2]`); its streams, one per seed, run concurrently under the backend's own concurrency limit
-and log to `results/runs/<experiment>/<env>/<memory>/seed=<n>/` (see `runners.runlog`). A complete
-stream is skipped, an interrupted one resumes. Sweeps are Hydra multiruns (`-m`), launched locally
+and log to `results/runs/<experiment>/<env>/<memory>/seed=<n>/`, with one more level for a configuration
+other than the experiment's own (`runners.identity`). Each stream is locked while it runs; a complete
+one is skipped once its files verify, an interrupted one resumes (`runners.runlog`); SIGINT and SIGTERM
+stop a run within a second or two, resumably. Sweeps are Hydra multiruns (`-m`), launched locally
 (`hydra/launcher=joblib`) or on SLURM (`hydra/launcher=submitit_slurm`). The config is checked before
 any episode runs: a bad value stops the run with one line that names the key.
 """
@@ -114,6 +116,7 @@ def run_interruptible(main: Coroutine[Any, Any, RunSummary]) -> RunSummary:
     Outside the main thread (some launchers' workers) signals are left to Python's defaults."""
     received: list[int] = []
     tasks: list[asyncio.Task] = []
+    watchdogs: list[threading.Timer] = []
 
     async def guarded() -> RunSummary:
         tasks.append(asyncio.current_task())  # type: ignore[arg-type]
@@ -124,9 +127,9 @@ def run_interruptible(main: Coroutine[Any, Any, RunSummary]) -> RunSummary:
         if len(received) > 1 or not tasks:
             raise KeyboardInterrupt
         tasks[0].cancel()
-        watchdog = threading.Timer(STOP_GRACE_S, _thread.interrupt_main, args=(signum,))
-        watchdog.daemon = True
-        watchdog.start()
+        watchdogs.append(threading.Timer(STOP_GRACE_S, _thread.interrupt_main, args=(signum,)))
+        watchdogs[0].daemon = True
+        watchdogs[0].start()
 
     previous = {}
     if threading.current_thread() is threading.main_thread():
@@ -142,6 +145,8 @@ def run_interruptible(main: Coroutine[Any, Any, RunSummary]) -> RunSummary:
             received[0],
         ) from None
     finally:
+        for watchdog in watchdogs:
+            watchdog.cancel()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
