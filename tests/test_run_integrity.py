@@ -77,6 +77,9 @@ def test_a_parallel_sweep_over_a_reader_parameter_keeps_both_grid_points(tmp_pat
     assert proc.returncode == 0, proc.stderr
     metas = complete_metas(results)
     assert sorted(m["config"]["llm"]["lapse"] for m in metas) == [0.0, 0.5]
+    # the identity names config options, not class paths: moving a class keeps its runs
+    assert {m["identity"]["memory"]["option"] for m in metas} == {"tepa_rev"}
+    assert not any("_target_" in m["identity"][group] for m in metas for group in ("env", "memory", "llm"))
     assert sorted(m["variant"] for m in metas) == [
         "env.phase_length=50,llm.lapse=0.0",
         "env.phase_length=50,llm.lapse=0.5",
