@@ -63,6 +63,9 @@ class RunInterrupted(CompactHydraException):
         super().__init__(message)
         self.signum = signum
 
+    def __reduce__(self) -> tuple[type, tuple[str, int]]:  # a launcher's worker sends it to its parent
+        return type(self), (str(self), self.signum)
+
 
 class RunStopped(CompactHydraException):
     """The backend gave up on its endpoint (BackendExhausted): the run stopped, its episodes so far are
@@ -388,4 +391,8 @@ if __name__ == "__main__":
     # pickle the task function by reference, and a worker can import `runners.run` but not `__main__`.
     from runners.run import main as _main
 
-    _main()
+    try:
+        _main()
+    except KeyboardInterrupt:  # a multirun's launcher interrupted while it waited for its jobs
+        print("stopped by SIGINT: the episodes run so far are logged; rerun the same command to resume")
+        sys.exit(128 + signal.SIGINT)
