@@ -14,7 +14,6 @@ the column) and what is wrong, and the rest are analysed.
 
 from __future__ import annotations
 
-import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from analysis.integrity import is_aside, verify
+from analysis import integrity
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +85,7 @@ def flatten(mapping: dict, prefix: str = "") -> dict[str, object]:
 
 def read_meta(run_dir: Path) -> dict:
     """meta.json of a run, or {} when it is missing or unreadable (a run still being written)."""
-    try:
-        meta = json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return meta if isinstance(meta, dict) else {}
+    return integrity.read_meta(run_dir) or {}
 
 
 def is_complete(run_dir: Path) -> bool:
@@ -103,7 +98,8 @@ def find_runs(root: str | Path) -> list[Path]:
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"root: {root} is not a directory")
-    candidates = sorted(p.parent for p in root.rglob("meta.json") if not is_aside(p.parent.relative_to(root)))
+    metas = root.rglob(integrity.META)
+    candidates = sorted(p.parent for p in metas if not integrity.is_aside(p.parent.relative_to(root)))
     complete = [p for p in candidates if is_complete(p)]
     if len(complete) < len(candidates):
         log.info("skipping %d incomplete run(s) under %s", len(candidates) - len(complete), root)
@@ -188,15 +184,14 @@ def _read_run(root: Path, run_dir: Path) -> tuple[str, pa.Table, pa.Table, dict]
     """A run's files, or one line saying why it cannot be trusted (see the module docstring)."""
     meta = read_meta(run_dir)
     if "files" in meta:  # runs written before checksums were recorded are read unverified
-        problem = verify(run_dir, meta)
+        problem = integrity.verify(run_dir, meta)
         if problem is not None:
             return problem
     try:
         return run_dir.relative_to(root).as_posix(), read_episodes(run_dir), read_events(run_dir), meta
-    except ValueError as exc:  # a wrong column, or pyarrow's ArrowInvalid (a ValueError too)
-        return str(exc).splitlines()[0]
-    except (OSError, pa.ArrowException) as exc:
-        return f"{run_dir}: unreadable ({str(exc).splitlines()[0]})"
+    except (ValueError, OSError, pa.ArrowException) as exc:  # a wrong column, or a file Arrow cannot read
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return message if message.startswith(str(run_dir)) else f"{run_dir}: unreadable ({message})"
 
 
 def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:

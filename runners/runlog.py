@@ -49,8 +49,6 @@ MAX_LINE_BYTES = 1 << 20
 #: How often a process waiting for another's lock looks again (seconds).
 LOCK_POLL_S = 0.2
 
-__all__ = ["ARCHIVE", "EPISODES", "META", "PARTIAL_EPISODES", "StreamLog", "stream_dir", "fingerprint"]
-
 
 def stream_dir(
     results_dir: str | os.PathLike, experiment: str, env: str, memory: str, seed: int, variant: str = ""
@@ -173,6 +171,14 @@ class StreamLog:
         not) and one that fails verification are moved aside with one logged line, so that this one
         is run afresh: results are never trusted unverified, overwritten or deleted."""
         meta = read_meta(self.dir)
+        if meta is None and (self.dir / META).exists():
+            moved = move_aside(self.dir, "corrupt")
+            log.warning(
+                "%s: not a JSON object; moved the stream to %s and running it again",
+                self.dir / META,
+                moved.name,
+            )
+            return False
         if meta is None or meta.get("complete") is not True:
             return False
         if meta.get("fingerprint") != self.fingerprint:

@@ -110,6 +110,7 @@ def _flip_a_middle_byte(path) -> None:
 DAMAGE = {
     "a bit flip in the parquet": (EPISODES, _flip_a_middle_byte),
     "an emptied archive": (ARCHIVE, lambda path: path.write_bytes(b"")),
+    "a garbled meta.json": (META, lambda path: path.write_bytes(path.read_bytes()[:-9])),
     "a half-truncated parquet": (
         EPISODES,
         lambda path: path.write_bytes(path.read_bytes()[: path.stat().st_size // 2]),
