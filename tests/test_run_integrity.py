@@ -22,6 +22,7 @@ from analysis.__main__ import main as analysis_main
 from analysis.integrity import file_record
 from analysis.load import load_runs
 from envs.controlled_drift import ControlledDrift
+from runners import bench
 from runners.run import CONF_DIR, PROJECT_ROOT, RunSummary, execute
 from runners.runlog import ARCHIVE, EPISODES, META, PARTIAL_EPISODES, StreamLog
 
@@ -421,3 +422,12 @@ def test_the_analysis_tabulates_and_draws_a_sweep_over_any_key(tmp_path):
     assert (out / "figures" / "sweep_controlled_drift_tepa_rev.png").is_file()
     success = pd.read_csv(next((out / "tables").glob("success_adhoc*.csv")))
     assert set(success["memory"]) == {"lww"}  # grid points are not averaged as if they were seeds
+
+
+def test_the_benchmark_times_verifying_every_stream(tmp_path):
+    run(tmp_path, TINY, "memory=lww", "seeds=[0,1]")
+    timing = bench.time_verification(tmp_path / "runs")
+    assert timing["streams"] == 2 and timing["megabytes"] >= 0 and timing["seconds"] >= 0
+    _flip_a_middle_byte(next((tmp_path / "runs").glob(f"**/seed=1/{EPISODES}")))
+    with pytest.raises(RuntimeError, match="sha256"):
+        bench.time_verification(tmp_path / "runs")
