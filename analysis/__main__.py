@@ -13,6 +13,7 @@ from analysis.load import load_runs
 from analysis.metrics import DEFAULT_TOLERANCE, DEFAULT_WINDOW, analyse
 from analysis.report import SIMULATED_BACKEND_NOTE, write_report
 from analysis.tables import build_tables, write_tables
+from analysis.validate import check_options, check_reference
 
 log = logging.getLogger("analysis")
 
@@ -39,20 +40,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="file with the README's backend paragraph (real-LLM runs)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress output")
-    args = parser.parse_args(argv)
-    if args.window < 1:
-        parser.error(f"--window: must be >= 1, got {args.window}")
-    if args.tolerance < 0:
-        parser.error(f"--tolerance: must be >= 0, got {args.tolerance}")
-    return args
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
     started = time.perf_counter()
-    try:
+    try:  # every input is checked before anything is written (analysis.validate)
+        check_options(args.window, args.tolerance, args.out)
         logs = load_runs(args.runs, progress=not args.quiet)
+        check_reference(args.reference, set(logs.runs["memory"]))
     except ValueError as error:
         log.error("analysis: %s", error)
         return 2

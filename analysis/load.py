@@ -7,9 +7,10 @@ the episode rows, not from the path. Directories the runner moved aside (`seed=0
 runs.
 
 A run is trusted only once its files verify against the checksums its meta.json records
-(`analysis.integrity.verify`, the runner's own check) and its episode columns have the types the
-analysis needs without nulls. A run that fails is skipped with one logged line naming the file (and
-the column) and what is wrong, and the rest are analysed.
+(`analysis.integrity.verify`, the runner's own check) and its episode columns pass
+`analysis.validate.check_episodes`. Otherwise the analysis stops with one ValueError naming the file
+(and the column) and what is wrong, before anything is written: rerunning the experiment's command
+moves a damaged stream aside and redoes it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from analysis import integrity
+from analysis.validate import check_episodes
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +45,6 @@ _EVENT_PARSING = pj.ParseOptions(explicit_schema=EVENT_SCHEMA, unexpected_field_
 #: The episode columns the analysis uses; the others (task keys, actions, raw replies) are not read,
 #: which keeps loading a full reproduction fast.
 ANALYSIS_COLUMNS = (*REQUIRED_COLUMNS, "prompt_tokens", *COUNTERS, *STATE_COUNTS)
-#: What each required column must hold (checked per run, so a bad file is named, not a crash later).
-_TEXT = ("string", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t))
-COLUMN_TYPES = {
-    "experiment": _TEXT, "env": _TEXT, "memory": _TEXT, "phase": _TEXT,
-    "seed": ("integer", pa.types.is_integer), "t": ("integer", pa.types.is_integer),
-    "success": ("boolean", pa.types.is_boolean),
-}  # fmt: skip
 #: Threads reading run files concurrently.
 _READERS = 4
 #: The threshold-sweep experiment: its runs share labels and differ only in their resolved config.
@@ -120,12 +115,7 @@ def read_episodes(run_dir: Path) -> pa.Table:
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
     table = file.read(columns=[c for c in ANALYSIS_COLUMNS if c in names], use_threads=False)
-    for name, (expected, is_type) in COLUMN_TYPES.items():
-        column = table.column(name)
-        if not is_type(column.type):
-            raise ValueError(f"{path}: column {name} has type {column.type}, expected {expected}")
-        if column.null_count:
-            raise ValueError(f"{path}: column {name} has {column.null_count} null value(s)")
+    check_episodes(table, path)
     return table
 
 
@@ -180,18 +170,18 @@ def _with_labels(table: pa.Table, run: str, labels: dict[str, object]) -> pa.Tab
     return pa.Table.from_arrays(columns, names=[*values, *table.column_names])
 
 
-def _read_run(root: Path, run_dir: Path) -> tuple[str, pa.Table, pa.Table, dict] | str:
-    """A run's files, or one line saying why it cannot be trusted (see the module docstring)."""
+def _read_run(root: Path, run_dir: Path) -> tuple[str, pa.Table, pa.Table, dict]:
+    """A run's files, verified (see the module docstring); a ValueError names what cannot be trusted."""
     meta = read_meta(run_dir)
     if "files" in meta:  # runs written before checksums were recorded are read unverified
         problem = integrity.verify(run_dir, meta)
         if problem is not None:
-            return problem
+            raise ValueError(f"{problem}; rerun its experiment to redo it")
     try:
         return run_dir.relative_to(root).as_posix(), read_episodes(run_dir), read_events(run_dir), meta
-    except (ValueError, OSError, pa.ArrowException) as exc:  # a wrong column, or a file Arrow cannot read
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return message if message.startswith(str(run_dir)) else f"{run_dir}: unreadable ({message})"
+    except (OSError, pa.ArrowException) as exc:  # a file Arrow cannot read (ArrowInvalid is both)
+        reason = str(exc).splitlines()[0] if str(exc) else repr(exc)
+        raise ValueError(f"{run_dir}: unreadable ({reason})") from None
 
 
 def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:
@@ -203,15 +193,12 @@ def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:
     """
     root = Path(root)
     run_dirs = find_runs(root)
-    tables, events, runs, skipped = [], [], [], []
+    tables, events, runs = [], [], []
     with ThreadPoolExecutor(max_workers=_READERS) as pool:
         loaded = pool.map(lambda run_dir: _read_run(root, run_dir), run_dirs)
-        for read in tqdm(loaded, total=len(run_dirs), desc="reading runs", unit="run", disable=not progress):
-            if isinstance(read, str):
-                log.warning("skipping a run that cannot be trusted: %s", read)
-                skipped.append(read)
-                continue
-            run, table, archive, meta = read
+        for run, table, archive, meta in tqdm(
+            loaded, total=len(run_dirs), desc="reading runs", unit="run", disable=not progress
+        ):
             if table.num_rows == 0:
                 log.info("run %s has no episodes; skipped", run)
                 continue
@@ -220,8 +207,7 @@ def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:
             events.append(_with_labels(archive, run, labels))
             runs.append({"run": run, **labels, "n_episodes": table.num_rows, "config": flatten(meta)})
     if not runs:
-        why = f" ({len(skipped)} skipped, e.g. {skipped[0]})" if skipped else ""
-        raise ValueError(f"root: no complete runs with episodes under {root}{why}")
+        raise ValueError(f"root: no complete runs with episodes under {root}")
     runs_frame = pd.DataFrame(runs)
     _check_unique(runs_frame)
     episodes = pa.concat_tables(tables, promote_options="permissive").to_pandas()

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Hashable
 from itertools import chain
+from operator import attrgetter
 
-from tepa.evidence import Evidence, Observation, Query
+from tepa.evidence import Evidence, Observation, Query, check_observation
 from tepa.lifecycle import check_int
 from tepa.retrieval import DEFAULT_TOP_K, rank
+
+_REF = attrgetter("ref")
 
 
 class AppendOnly:
@@ -27,6 +31,7 @@ class AppendOnly:
         self._seen = 0
 
     def observe(self, obs: Observation) -> None:
+        check_observation(obs)
         ev = Evidence(obs.key, obs.value, obs.holds, obs.t, obs.text, obs.source, self._seen)
         self._seen += 1
         self._size += 1
@@ -50,6 +55,18 @@ class AppendOnly:
 
     def snapshot(self) -> dict:
         return {"hypothesis": 0, "active": self._size, "revoked": 0}
+
+    def handed_out(self, ev: Evidence) -> bool:
+        """Whether `ev` is an item this memory holds (its ref, under its key): feedback on evidence it
+        did not hand out must change nothing. A key's items are in ref order, so this is a bisection."""
+        try:
+            items = self._by_key.get(ev.key)
+        except TypeError:  # an unhashable key: not one of ours
+            return False
+        if not items:
+            return False
+        i = bisect_left(items, ev.ref, key=_REF)
+        return i < len(items) and items[i].ref == ev.ref
 
     def _drop_key(self, key: Hashable) -> int:
         """Forget every item of `key`; return how many were dropped."""

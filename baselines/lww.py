@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from tepa.evidence import Evidence, Observation, Query
+from tepa.evidence import Evidence, Observation, Query, check_observation
 from tepa.lifecycle import check_int
 from tepa.retrieval import DEFAULT_TOP_K, rank
 
@@ -25,6 +25,7 @@ class LastWriteWins:
         self._writes = 0
 
     def observe(self, obs: Observation) -> None:
+        check_observation(obs)
         if obs.holds:
             self._latest[obs.key] = Evidence(
                 obs.key, obs.value, True, obs.t, obs.text, obs.source, self._seen

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tepa.evidence import Evidence, Observation, Query
+from tepa.evidence import Evidence, Observation, Query, check_observation
 from tepa.lifecycle import check_int
 from tepa.retrieval import DEFAULT_TOP_K
 
@@ -19,7 +19,8 @@ class NoMemory:
         self.top_k = check_int("top_k", top_k, 1)
 
     def observe(self, obs: Observation) -> None:
-        """Discard the observation."""
+        """Discard the observation (after the same input check as every memory)."""
+        check_observation(obs)
 
     def retrieve(self, query: Query) -> list[Evidence]:
         """Nothing is ever retrievable."""

@@ -27,9 +27,9 @@ class ReactiveForgetting(AppendOnly):
         self._clears = 0
 
     def feedback(self, used: list[Evidence], success: bool, t: int) -> None:
-        if not used:
+        keys = {e.key for e in used if self.handed_out(e)}  # foreign evidence clears nothing
+        if not keys:
             return
-        keys = {e.key for e in used}
         failures = self._failures
         if success:
             for key in keys:

@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Hashable
 from itertools import chain
 
-from tepa.evidence import Evidence, Observation, Query
+from tepa.evidence import Evidence, Observation, Query, check_observation
 from tepa.lifecycle import check_int
 from tepa.retrieval import DEFAULT_TOP_K, rank
 
@@ -34,6 +34,7 @@ class SlidingWindow:
         self._forgotten = 0
 
     def observe(self, obs: Observation) -> None:
+        check_observation(obs)
         ev = Evidence(obs.key, obs.value, obs.holds, obs.t, obs.text, obs.source, self._seen)
         self._seen += 1
         self._order.append(ev)

@@ -17,8 +17,12 @@ content and format. A stale invocation fails with the tool's real argparse
 error, or runs and leaves the wrong artefact, which the check reports. (Parsing touches nothing, so a
 call that argparse rejects gets that error from the environment itself, without a worker round trip.)
 
-Before every call the job's inputs are restored and its artefact paths cleared, so an outcome depends
-only on the job, the action and the versions, never on what earlier (possibly garbage) actions left.
+Before every call the job's inputs are restored and its artefact paths cleared (before the paths are
+checked, so a link planted where an input belongs is replaced rather than refused forever), so an
+outcome depends only on the job, the action and the versions, never on what earlier (possibly garbage)
+actions left. After every call the sandbox is swept: whatever is not a job's input or artefact is
+removed, and the artefacts too when they pass SANDBOX_BUDGET bytes, so the sandbox stays the size of
+the jobs' files whatever actions write.
 
 Trials (TEPA-Full) run in a separate trial directory under the versions of the latest task, and draw
 from their own RNG, so they never touch the stream or the main sandbox:
@@ -48,13 +52,14 @@ from typing import Any
 
 from envs.base import TRIAL_KINDS, Outcome, Task
 from envs.checks import fraction, int_in
-from envs.sandbox import Refused, Sandbox, check_invocation, split_invocation
+from envs.sandbox import Layout, Refused, Sandbox, check_invocation, split_invocation
 from envs.tool_worker import ToolFn, ToolWorker
 from envs.tools import FLAVOURS, TOOLS, VERSIONS, Tool, subject_for
 from tepa.evidence import Observation
 
 PHASES = ("stable", "full_reversal", "partial_reversal", "return")
 SANDBOX_PREFIX = "tepa-executable-"
+SANDBOX_BUDGET = 4 * 2**20  # bytes of artefacts a sandbox keeps between calls (correct ones: < 10 kB)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +121,7 @@ class ExecutableDrift:
         self._seed: int | None = None
         self._jobs: dict[int, Job] = {}
         self._regimes: list[dict[str, str]] = []
+        self._layout = Layout({}, frozenset())
         self._trial_rng = random.Random(0)
         self._now = 0
 
@@ -158,6 +164,10 @@ class ExecutableDrift:
         rng = random.Random(f"{self.name}/{self._seed}/regimes")
         self._regimes, chosen = self._draw_regimes(rng)
         self._jobs = {k: self._make_job(k, chosen, rng) for k in range(self.n_keys)}
+        self._layout = Layout.of(
+            {p: d for job in self._jobs.values() for p, d in job.fixture.items()},
+            [out for job in self._jobs.values() for out in job.tool.outputs(job.subject)],
+        )
         self._trial_rng = random.Random(f"{self.name}/{self._seed}/trials")
         self._now = 0
 
@@ -178,6 +188,7 @@ class ExecutableDrift:
         except Refused as exc:
             return Outcome(False, (), str(exc))
         success, message = self._attempt(self.sandbox, job, argv, self._regime_at(t))
+        self.sandbox.sweep(self._layout, SANDBOX_BUDGET)
         text = f'"{action}" succeeded' if success else f'"{action}" failed: {message}'
         return Outcome(success, (Observation(task.key, action, success, t, text, "outcome"),), message)
 
@@ -193,8 +204,13 @@ class ExecutableDrift:
             argv = split_invocation(value)
         except Refused:
             return False
-        sandbox = self._trial
-        assert sandbox is not None
+        assert self._trial is not None
+        try:
+            return self._run_trial(self._trial, job, argv, kind)
+        finally:
+            self._trial.sweep(self._layout, SANDBOX_BUDGET)
+
+    def _run_trial(self, sandbox: Sandbox, job: Job, argv: list[str], kind: str) -> bool:
         regime = self._regime_at(self._now)
         if kind == "support":
             return self._attempt(sandbox, job, argv, regime)[0]
@@ -237,12 +253,12 @@ class ExecutableDrift:
         restore_inputs: bool = True,
     ) -> tuple[bool, str]:
         """Run `argv` for `job` in `sandbox` under `regime`: the one place success is decided."""
+        tool = job.tool
+        tool.prepare(sandbox, job.subject, job.fixture, restore_inputs)  # first: a planted link goes
         try:
             check_invocation(argv, self._allowed, sandbox)
         except Refused as exc:
             return False, str(exc)
-        tool = job.tool
-        tool.prepare(sandbox, job.subject, job.fixture, restore_inputs)
         version = regime.get(argv[0], "")
         program = TOOLS.get(argv[0])
         usage = program.usage_error(argv[1:], version) if program is not None else None

@@ -4,7 +4,13 @@ A model's reply is untrusted input. It is split with `shlex` (never handed to a 
 must name a whitelisted tool, and every argument that could be a path must resolve, after symlinks, to a
 location inside the sandbox. Anything else is refused with a `Refused` error before it runs, so a
 refusal changes nothing at all. The tools check their path arguments again when they run (see
-`envs.tools`), so a path the gate's generic view misses still cannot leave the sandbox.
+`envs.tools`, `Sandbox.job_path`): a path with a symlink on it, a file with more than one hard link
+(planted from outside, it would let a write reach a file outside) or a special file is refused there,
+so a path the gate's generic view misses still cannot leave the sandbox.
+
+Between episodes the environment sweeps the sandbox (`Sandbox.sweep`): everything that is not a job's
+input or output is removed, and outputs too once the sandbox holds more than its byte budget, so
+whatever actions write cannot pile up (each file is also capped by the tool worker).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import shlex
 import shutil
 import stat
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 MAX_INVOCATION_CHARS = 2000
@@ -67,6 +74,55 @@ class Sandbox:
                 pass  # a part that does not exist yet is not a symlink
         return current
 
+    def job_path(self, path: str) -> Path:
+        """`resolve`, for a path a tool is about to read or write: refused as well when a symlink lies on
+        it, or when it is an existing file that is not a plain one (a FIFO, a device) or has more than
+        one hard link. One lstat beyond `resolve`."""
+        real = self.real(path)
+        if real != os.path.normpath(os.path.join(self._root, path)):
+            raise Refused(f"refused: a symbolic link is on the path {path}")
+        try:
+            st = os.lstat(real)
+        except FileNotFoundError:
+            return Path(real)
+        if stat.S_ISDIR(st.st_mode):
+            return Path(real)
+        if not stat.S_ISREG(st.st_mode):
+            raise Refused(f"refused: {path} is not a regular file")
+        if st.st_nlink > 1:
+            raise Refused(f"refused: {path} has {st.st_nlink} hard links")
+        return Path(real)
+
+    def sweep(self, layout: Layout, budget: int) -> None:
+        """Remove everything but the layout's files (plain files of the expected size; outputs any size)
+        and the folders that hold them; then, when what is left exceeds `budget` bytes, the outputs too.
+        One scandir per kept folder and one lstat per kept file: cheap enough for every episode."""
+        kept, outputs = 0, []
+        stack = [("", self._root)]
+        while stack:
+            rel, folder = stack.pop()
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    name = rel + entry.name
+                    if entry.is_dir(follow_symlinks=False):
+                        if name in layout.dirs:
+                            stack.append((name + "/", entry.path))
+                        else:
+                            shutil.rmtree(entry.path)
+                        continue
+                    size = layout.files.get(name, -1)
+                    if size != -1 and entry.is_file(follow_symlinks=False):
+                        st = entry.stat(follow_symlinks=False)
+                        if st.st_nlink == 1 and size in (None, st.st_size):
+                            kept += st.st_size
+                            if size is None:
+                                outputs.append(entry.path)
+                            continue
+                    os.unlink(entry.path)
+        if kept > budget:
+            for path in outputs:
+                os.unlink(path)
+
     def relative(self, path: str | os.PathLike[str]) -> str:
         """How to name `path` in a message: relative to the root (absolute temp paths would make
         messages, and so prompts, differ from run to run)."""
@@ -119,24 +175,44 @@ class Sandbox:
                 self.write(name, data)
 
     def _holds(self, path: str, files: Mapping[str, bytes]) -> bool:
+        """Whether `path` holds exactly `files`, as plain files with one link each, reached without a
+        symlink (a planted link or hard link is replaced, never read through)."""
         full = os.path.join(self.root, path)
         found: dict[str, bytes] = {}
         try:
-            if os.path.islink(full):
+            if self._plain(path) is None:
                 return False
-            if os.path.isfile(full):
-                return {path: _read(full)} == files
+            st = os.lstat(full)
+            if stat.S_ISREG(st.st_mode):
+                return st.st_nlink == 1 and {path: _read(full)} == files
             for folder, dirs, names in os.walk(full):
                 if any(os.path.islink(os.path.join(folder, d)) for d in dirs):
                     return False
                 for name in names:
                     item = os.path.join(folder, name)
-                    if os.path.islink(item) or not os.path.isfile(item):
+                    st = os.lstat(item)
+                    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
                         return False
                     found[self.relative(item)] = _read(item)
         except OSError:
             return False
         return found == files
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a sandbox may keep between episodes: `files` maps a root-relative path to its exact size
+    (a job's input) or None (a job's output, any size); `dirs` are the folders on their paths."""
+
+    files: Mapping[str, int | None]
+    dirs: frozenset[str]
+
+    @classmethod
+    def of(cls, inputs: Mapping[str, bytes], outputs: Collection[str]) -> Layout:
+        files: dict[str, int | None] = dict.fromkeys(outputs)
+        files.update((path, len(data)) for path, data in inputs.items())
+        dirs = {path.rsplit("/", i)[0] for path in files for i in range(1, path.count("/") + 1)}
+        return cls(files, frozenset(dirs))
 
 
 def _read(path: str) -> bytes:

@@ -188,13 +188,21 @@ def serve() -> None:
         except EOFError:
             return
         try:
-            reply = (True, registry[tool](argv, version, root))
+            ok, text = True, registry[tool](argv, version, root)
         except ToolError as exc:
-            reply = (False, str(exc))
+            ok, text = False, str(exc)
         except Exception as exc:  # a tool's bug is a failed call, not a dead worker
-            text = str(exc).replace(root.rstrip(os.sep) + os.sep, "")  # no temp paths in messages
-            reply = (False, f"{tool}: internal error: {type(exc).__name__}: {text}")
-        _write(replies, reply)
+            ok, text = False, f"{tool}: internal error: {type(exc).__name__}: {exc}"
+        _write(replies, (ok, _without(root, text)))
+
+
+def _without(root: str, text: str) -> str:
+    """`text` without the sandbox's absolute location (messages become prompts: no temp paths)."""
+    root = root.rstrip(os.sep)
+    parent = os.path.dirname(root)
+    if parent not in text:
+        return text
+    return text.replace(root + os.sep, "").replace(root, ".").replace(parent, "..")
 
 
 if __name__ == "__main__":

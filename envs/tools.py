@@ -13,8 +13,9 @@ must go, or which format its consumers read). The same four versions exist for e
 so moving between two versions renames flags (the old invocation fails with a usage error), changes the
 convention (the old invocation runs but its artefact fails the check), or both. The six
 (syntax, convention) *flavours* are a job's candidate invocations; under each version exactly one
-succeeds. Tools write only through paths confined to the sandbox, and they never follow a symlink
-when they walk a folder.
+succeeds. Tools write only through paths confined to the sandbox, refuse a path with a symlink on
+it or a file with more than one hard link (checked again when the file is opened for writing), and
+never follow a symlink when they walk a folder.
 """
 
 from __future__ import annotations
@@ -28,14 +29,14 @@ import json
 import os
 import random
 import shlex
-import shutil
+import stat
 import tarfile
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, ClassVar, NoReturn
+from typing import Any, BinaryIO, ClassVar, NoReturn
 
 from envs.sandbox import Refused, Sandbox
 
@@ -143,7 +144,7 @@ class Tool(ABC):
             value = namespace[element.dest]
             if element.path:
                 try:
-                    value = sandbox.resolve(value)
+                    value = sandbox.job_path(value)
                 except Refused as exc:
                     raise ToolError(
                         f"{self.name}: error: argument {element.flag or element.dest}: {exc}"
@@ -151,6 +152,8 @@ class Tool(ABC):
             params[element.dest] = value
         try:
             return self.operate(sandbox, params)
+        except Refused as exc:
+            raise ToolError(f"{self.name}: error: {exc}") from None
         except OSError as exc:
             if exc.strerror is None:  # e.g. shutil's errors, whose text names absolute paths
                 raise ToolError(f"{self.name}: error: {sandbox.scrub(str(exc))}") from None
@@ -275,9 +278,25 @@ def _rng(*parts: str) -> random.Random:
     return random.Random("/".join(parts))
 
 
-def _write_new(path: os.PathLike[str] | str, data: bytes) -> None:
+_OPEN_FOR_WRITING = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _open_new(path: os.PathLike[str] | str) -> BinaryIO:
+    """Open an artefact for writing, emptied, creating its folders. Refused when a link or a special
+    file stands there now, even one planted after the path was checked: a symlink fails O_NOFOLLOW
+    (OSError), a FIFO fails O_NONBLOCK, and a hard link is seen before anything is truncated."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as handle:
+    fd = os.open(path, _OPEN_FOR_WRITING, 0o644)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        os.close(fd)
+        raise Refused(f"refused: {os.path.basename(path)} is not a plain file with one link")
+    os.ftruncate(fd, 0)
+    return os.fdopen(fd, "wb")
+
+
+def _write_new(path: os.PathLike[str] | str, data: bytes) -> None:
+    with _open_new(path) as handle:
         handle.write(data)
 
 
@@ -295,9 +314,8 @@ class Archive(Tool):
         src, out = params["src"], params["out"]
         if not src.is_dir():
             raise ToolError(f"archive: error: {sandbox.relative(src)}: not a directory")
-        os.makedirs(out.parent, exist_ok=True)
         count, top = 0, str(src)
-        with tarfile.open(out, "w:gz", compresslevel=1) as tar:
+        with _open_new(out) as handle, tarfile.open(fileobj=handle, mode="w:gz", compresslevel=1) as tar:
             for folder, dirs, files in os.walk(top):
                 dirs.sort()
                 for name in sorted(files):
@@ -527,8 +545,11 @@ class Publish(Tool):
 
     def operate(self, sandbox: Sandbox, params: dict[str, Any]) -> str:
         src, out = params["src"], params["out"]
-        os.makedirs(out.parent, exist_ok=True)
-        shutil.copyfile(src, out)
+        if src == out:
+            raise ToolError(f"publish: error: {sandbox.relative(src)}: source and destination are one file")
+        with open(src, "rb") as handle:
+            data = handle.read()
+        _write_new(out, data)
         return f"publish: copied {sandbox.relative(src)} to {sandbox.relative(out)}"
 
     def describe(self, subject: str) -> str:

@@ -18,7 +18,8 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """The model's answer and its cost. `error` is set (and `text` empty) when the call failed for good."""
+    """The model's answer and its cost. `error` is set (and `text` empty) when the call failed for good;
+    `truncated` when the reply was longer than the backend keeps (`text` is its beginning)."""
 
     text: str
     prompt_tokens: int = 0
@@ -26,6 +27,7 @@ class Reply:
     latency: float = 0.0
     cached: bool = False
     error: str | None = None
+    truncated: bool = False
 
 
 class BackendExhausted(RuntimeError):

@@ -10,6 +10,12 @@ user's own class can replace a project class from the command line; they are che
 - any other class (environments, backends, a user's memory) against its constructor's signature:
   unknown and missing parameters, and the types its annotations name.
 
+Before any of that, each `_target_` is imported and must be a class that implements its group's
+protocol (`runners.registry.require_class`): a function or another kind of class named there is never
+called. Every number must be finite; no value may look like a credential (`secret_problem`); seeds must
+fit the episode log's int64; `name` and labels are plain folder names; `results_dir` must be writable;
+top-level keys are RunConfig's. `runners.preflight` runs the checks that must precede Hydra's own output.
+
 Every problem is a `ConfigError` whose message names the key, e.g. "memory.theta_rev=1.5: must be in
 [0, 1]"; Hydra prints such an error as one line and exits non-zero, before any episode runs.
 """
@@ -18,7 +24,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
+import os
 import re
+import tempfile
 import types
 import typing
 from collections.abc import Mapping
@@ -32,12 +41,21 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 
 from envs.base import Environment
 from runners.backend import Backend
+from runners.registry import protocol_members, require_class
 from tepa.protocol import Memory
 
 # Keys of a component node that configure the harness, not the class: never passed to the constructor.
 RESERVED = frozenset({"_target_", "label"})
 # Parameter names that would hold a secret. Keys live in environment variables (llm.api_key_env).
 _SECRET = re.compile(r"(^|_)(api_?key|token|secret|password)$")
+# Values that look like a credential: provider key formats, a bearer token, a URL with a user part.
+_SECRET_VALUE = re.compile(
+    r"sk-[A-Za-z0-9_\-]{16,}|\bBearer\s+\S{8,}|[A-Za-z][A-Za-z0-9+.\-]*://[^/@\s]*@"
+    r"|\b(?:gh[pousr]_[A-Za-z0-9]{20,}|hf_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_\-]{30,}|xox[abprs]-)"
+)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_DIR_NAME = re.compile(r"[A-Za-z0-9_.=+-]+")
+INT64_MAX = 2**63 - 1  # the largest seed episodes.parquet can store
 _PROJECT_PACKAGES = ("tepa.", "baselines.", "envs.", "runners.")
 PROTOCOLS: dict[str, type] = {"env": Environment, "memory": Memory, "llm": Backend}
 
@@ -230,6 +248,9 @@ register()
 # ---------------------------------------------------------------------------------------------------
 
 
+_RUN_KEYS = tuple(f.name for f in fields(RunConfig))
+
+
 @dataclass(frozen=True)
 class Component:
     """A validated component: the class to build, its keyword arguments and its results label."""
@@ -248,7 +269,7 @@ class Component:
         except (TypeError, ValueError) as exc:
             raise ConfigError(_prefixed(self.group, str(exc), self.params)) from None
         protocol = PROTOCOLS[self.group]
-        missing = [m for m in _members(protocol) if not hasattr(obj, m)]
+        missing = [m for m in protocol_members(protocol) if not hasattr(obj, m)]
         if missing:
             raise ConfigError(
                 f"{self.group}._target_={self.target!r}: does not implement "
@@ -276,6 +297,9 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
 
     `choices` are the selected group options (Hydra's `runtime.choices`): the default results labels.
     """
+    unknown = [k for k in cfg if k != "hydra" and k not in _RUN_KEYS]
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: not a config key (the keys: {', '.join(_RUN_KEYS)})")
     cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])  # Hydra's own node is not ours
     try:
         missing = sorted(OmegaConf.missing_keys(cfg))
@@ -293,12 +317,16 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
     if not seeds:
         raise ConfigError("seeds=[]: must name at least one seed")
     for s in seeds:
-        if s < 0:
-            raise ConfigError(f"seed={s}: must be >= 0")
+        if not 0 <= s <= INT64_MAX:
+            raise ConfigError(f"seed={s}: must be in [0, 2**63 - 1] (what the episode log can store)")
     if len(set(seeds)) != len(seeds):
         raise ConfigError(f"seeds={list(seeds)}: must not repeat a seed")
-    if not resolved["name"] or "/" in resolved["name"]:
-        raise ConfigError(f"name={resolved['name']!r}: must be a non-empty directory name")
+    for key in ("name", "results_dir"):
+        problem = secret_problem(key, resolved[key])
+        if problem:
+            raise ConfigError(f"{key}{problem}")
+    check_dir_name("name", resolved["name"])
+    check_results_dir(resolved["results_dir"])
     components = {g: _component(g, resolved[g], choices.get(g)) for g in ("env", "memory", "llm")}
     config = {k: v for k, v in resolved.items() if k not in ("seed", "seeds")}
     return RunSpec(
@@ -316,36 +344,82 @@ def _component(group: str, node: Any, choice: str | None) -> Component:
         raise ConfigError(
             f"{group}._target_: missing required value (the class to build, package.module.Class)"
         )
-    for key in node:
-        if _SECRET.search(key):
-            raise ConfigError(
-                f"{group}.{key}: never put a secret in a config; put it in an environment variable "
-                f"and name that variable with {group}.api_key_env"
-            )
+    for key, value in node.items():
+        problem = secret_problem(key, value) or _number_problem(value)
+        if problem:
+            raise ConfigError(f"{group}.{key}{problem}")
     target = node["_target_"]
     schema = _SCHEMA_BY_TARGET.get(target) if group == "memory" else None
     if schema is not None:
         params = _check_schema(group, schema, node)
     else:
         params = {k: v for k, v in node.items() if k not in RESERVED}
-    cls = _import(group, target)
+    try:
+        cls = require_class(target, _import(group, target), PROTOCOLS[group])
+    except TypeError as exc:
+        raise ConfigError(f"{group}._target_: {exc}") from None
     _check_signature(group, target, cls, params)
     label = node.get("label") or _default_label(target, cls, choice)
-    if not re.fullmatch(r"[A-Za-z0-9_.=+-]+", label):
-        raise ConfigError(
-            f"{group}.label={label!r}: must be a plain directory name (letters, digits, _ . = + -)"
-        )
+    check_dir_name(f"{group}.label", label)
     return Component(group=group, target=target, cls=cls, params=params, label=label)
 
 
-def _members(protocol: type) -> list[str]:
-    """A protocol's annotated attributes and public methods."""
-    methods = [
-        m
-        for m, v in vars(protocol).items()
-        if not m.startswith("_") and (callable(v) or isinstance(v, property))
-    ]
-    return [*getattr(protocol, "__annotations__", {}), *methods]
+def secret_problem(key: str, value: Any) -> str | None:
+    """Why `key=value` must not be in a config (it would reach logs and Hydra's copies), or None.
+
+    The message never repeats the value: it goes to the terminal and to log files."""
+    hint = "; put the key in an environment variable and name that variable with llm.api_key_env"
+    leaf = key.rsplit(".", 1)[-1]
+    if _SECRET.search(leaf):
+        return f": never put a secret in a config{hint}"
+    if leaf == "api_key_env" and not (isinstance(value, str) and _ENV_NAME.fullmatch(value)):
+        return f": must name an environment variable (letters, digits, _), not hold the key itself{hint}"
+    texts = [value] if isinstance(value, str) else _strings(value)
+    if any(_SECRET_VALUE.search(text) for text in texts):
+        return f": the value looks like a credential (a key, a token or a URL with user:password@){hint}"
+    return None
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return [t for k, v in value.items() for t in (*_strings(k), *_strings(v))]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in _strings(v)]
+    return []
+
+
+def _number_problem(value: Any) -> str | None:
+    """ ": must be a finite number" when `value` (or a number inside it) is NaN or infinite."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"={value}: must be a finite number"
+    if isinstance(value, Mapping):
+        value = list(value.values())
+    if isinstance(value, list | tuple):
+        return next((p for p in map(_number_problem, value) if p), None)
+    return None
+
+
+def check_dir_name(key: str, value: Any) -> None:
+    """A results directory name (`name`, a label): one plain path component, never `.` or `..`."""
+    if not isinstance(value, str) or not _DIR_NAME.fullmatch(value) or not value.strip("."):
+        raise ConfigError(
+            f"{key}={value!r}: must be a plain directory name (letters, digits, _ . = + -; not . or ..)"
+        )
+
+
+def check_results_dir(value: Any) -> None:
+    """`results_dir` must be a directory this process can write (it is created if missing): checked
+    before Hydra or a run writes anything there, so the failure is one line, not a traceback."""
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise ConfigError(f"results_dir={value!r}: must be a directory path")
+    try:
+        os.makedirs(value, exist_ok=True)
+        with tempfile.TemporaryFile(dir=value):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"results_dir={value}: not a writable directory ({exc.strerror})") from None
 
 
 def _check_schema(group: str, schema: type[MemoryConfig], node: dict[str, Any]) -> dict[str, Any]:

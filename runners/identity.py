@@ -39,7 +39,7 @@ GROUPS = ("env", "memory", "llm")
 OPERATIONAL = {
     "llm": frozenset({
         "api_key_env", "cache_path", "max_concurrency", "timeout", "max_retries", "max_failed_calls",
-        "backoff_base", "backoff_max",
+        "backoff_base", "backoff_max", "retry_after_max", "max_retry_wait",
     }),
     "env": frozenset({"data_dir", "sandbox_dir"}),
 }  # fmt: skip

@@ -152,6 +152,7 @@ def _logged_replies(rec: dict[str, Any]) -> Iterator[Reply]:
             latency=float(rec["latency"]) if last else 0.0,
             cached=bool(rec["cached"]),
             error=(rec.get("error") or None) if last else None,
+            truncated=bool(rec.get("truncated")),
         )
 
 
@@ -270,6 +271,7 @@ async def run_stream(
             "prompt_tokens": sum(r.prompt_tokens for r in d.replies),
             "completion_tokens": sum(r.completion_tokens for r in d.replies),
             "cached": all(r.cached for r in d.replies),
+            "truncated": any(r.truncated for r in d.replies),
             "latency": sum(r.latency for r in d.replies),
             "hypothesis": int(snap.get("hypothesis", 0)),
             "active": int(snap.get("active", 0)),

@@ -9,7 +9,14 @@ Why it looks the way it does:
   `max_failed_calls` of them the endpoint is presumed down and `BackendExhausted` is raised so the run stops
   cleanly and resumes later instead of logging hundreds of empty answers.
 - The API key is read from the environment variable *named* by `api_key_env` when a client is made and is
-  never kept on this object: `repr()`, `stats()` and pickling never contain it.
+  never kept on this object: `repr()`, `stats()` and pickling never contain it. An endpoint may echo it
+  (in a reply or an error): its value is scrubbed from both before anything is logged or cached.
+- The endpoint is not trusted: one wait for a retry is at most `retry_after_max` (default
+  `backoff_max`), whatever Retry-After says; the time a run spends on failed attempts and retry waits
+  together is at most `max_retry_wait` (plus the attempts in flight, each at most `timeout`), after
+  which the run stops (BackendExhausted) and a rerun resumes it; replies longer than `max_reply_chars`
+  are cut (and flagged `truncated`); token counts that cannot be true (negative, absurdly large, not
+  integers) count as missing.
 - Token counts come from the endpoint's `usage`; when it reports none they are estimated at 4 characters per
   token plus 4 tokens per message (OpenAI's rule of thumb; tiktoken is not used because it downloads its
   encodings at run time).
@@ -37,7 +44,8 @@ from runners.prompt import estimate_tokens
 from runners.response_cache import ResponseCache, cache_key
 
 SCORINGS = ("text", "logprobs")
-MAX_RETRY_AFTER = 120.0  # seconds; a longer Retry-After is treated as this long
+MAX_RETRY_AFTER = 120.0  # seconds; a longer Retry-After is treated as this long (then retry_after_max)
+MAX_TOKEN_COUNT = 10**9  # a usage count above this (or below 0) is not a real count
 LOCAL_DUMMY_KEY = "sk-no-key-required"
 LABEL_INSTRUCTION = "Reply with the label of one option only: {labels}."
 _MAX_TOP_LOGPROBS = 20  # OpenAI's upper limit for top_logprobs
@@ -182,6 +190,9 @@ class OpenAIBackend:
         scoring: str = "text",
         backoff_base: float = 0.5,
         backoff_max: float = 30.0,
+        retry_after_max: float | None = None,
+        max_retry_wait: float = 600.0,
+        max_reply_chars: int = 20_000,
     ) -> None:
         _check(urlsplit(base_url).scheme in ("http", "https"), "base_url", base_url, "an http(s) URL")
         _check(bool(model), "model", model, "a model name")
@@ -196,6 +207,11 @@ class OpenAIBackend:
         _check(scoring in SCORINGS, "scoring", scoring, f"one of {SCORINGS}")
         _check(backoff_base >= 0, "backoff_base", backoff_base, ">= 0")
         _check(backoff_max >= backoff_base, "backoff_max", backoff_max, ">= backoff_base")
+        retry_after_max = backoff_max if retry_after_max is None else retry_after_max
+        _check(0 <= retry_after_max <= MAX_RETRY_AFTER, "retry_after_max", retry_after_max,
+               f"in [0, {MAX_RETRY_AFTER:g}] seconds or None (= backoff_max)")  # fmt: skip
+        _check(max_retry_wait >= 0, "max_retry_wait", max_retry_wait, ">= 0 seconds")
+        _check(max_reply_chars >= 1, "max_reply_chars", max_reply_chars, ">= 1")
         if not os.environ.get(api_key_env) and not _is_loopback(base_url):
             raise ValueError(
                 f"api_key_env: environment variable {api_key_env} is not set "
@@ -215,11 +231,15 @@ class OpenAIBackend:
         self.scoring = scoring
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
+        self.retry_after_max = retry_after_max
+        self.max_retry_wait = max_retry_wait
+        self.max_reply_chars = max_reply_chars
         self.cache = ResponseCache(cache_path) if cache_path is not None else None
         self._rng = random.Random()
         self._counts: Counter[str] = Counter()
         self._faults: Counter[str] = Counter()
         self._retry_wait = 0.0
+        self._lost = 0.0  # seconds of failed attempts and retry waits, against max_retry_wait
         self._last_failure = ""  # redacted, for the BackendExhausted message
         self._runtime: tuple[asyncio.AbstractEventLoop, openai.AsyncOpenAI, asyncio.Semaphore] | None = None
 
@@ -263,6 +283,7 @@ class OpenAIBackend:
             "top_p": self.top_p,
             "seed": self._seed(request),
             "scoring": self.scoring,
+            "endpoint": _public_url(self.base_url),
         }
         if self.scoring == "logprobs":
             params["labels"] = list(request.labels)
@@ -287,6 +308,7 @@ class OpenAIBackend:
                     hit.completion_tokens,
                     time.perf_counter() - start,
                     cached=True,
+                    truncated=hit.truncated,
                 )
         try:
             text, prompt_tokens, completion_tokens = await self._answer(request)
@@ -298,9 +320,14 @@ class OpenAIBackend:
             return Reply("", latency=time.perf_counter() - start, error=self._last_failure)
         self._counts["prompt_tokens"] += prompt_tokens
         self._counts["completion_tokens"] += completion_tokens
+        text = self._scrub(text)
+        truncated = len(text) > self.max_reply_chars
+        if truncated:
+            text = text[: self.max_reply_chars]
+            self._counts["truncated_replies"] += 1
         if key is not None:
-            self.cache.put(key, self.model, text, prompt_tokens, completion_tokens)
-        return Reply(text, prompt_tokens, completion_tokens, time.perf_counter() - start)
+            self.cache.put(key, self.model, text, prompt_tokens, completion_tokens, truncated)
+        return Reply(text, prompt_tokens, completion_tokens, time.perf_counter() - start, truncated=truncated)
 
     async def _answer(self, request: Request) -> tuple[str, int, int]:
         """(text, prompt tokens, completion tokens) for one request, including a logprob fallback's cost."""
@@ -340,6 +367,7 @@ class OpenAIBackend:
         """One chat completion, retried on transient failures; raises _CallFailed."""
         client, limit = self._session()
         for attempt in range(self.max_retries + 1):
+            began = time.monotonic()
             try:
                 async with limit:
                     if self._counts["failed_calls"] >= self.max_failed_calls:
@@ -366,24 +394,37 @@ class OpenAIBackend:
             except _Transient as exc:
                 failure = exc
             self._faults[failure.kind] += 1
+            self._lost += time.monotonic() - began
             if attempt == self.max_retries:
                 break
+            retry_after = failure.retry_after
+            if retry_after is not None:
+                retry_after = min(retry_after, self.retry_after_max)
+            delay = backoff_delay(attempt, self.backoff_base, self.backoff_max, self._rng, retry_after)
+            if self._lost + delay > self.max_retry_wait:
+                self._last_failure = self._redact(str(failure))
+                raise BackendExhausted(
+                    f"endpoint {_public_url(self.base_url)}: {self._lost:.0f} s lost to failed attempts "
+                    f"and retry waits, the next wait would pass max_retry_wait={self.max_retry_wait:g} s "
+                    f"(the last error: {' '.join(self._last_failure.split())[:200]})"
+                )
             self._counts["retries"] += 1
-            delay = backoff_delay(
-                attempt, self.backoff_base, self.backoff_max, self._rng, failure.retry_after
-            )
             self._retry_wait += delay
+            self._lost += delay
             await asyncio.sleep(delay)
         raise _CallFailed(
             f"gave up after {self.max_retries + 1} attempts; last error {failure}", refused=False
         )
 
-    def _redact(self, text: str) -> str:
-        """An error message fit for the episode log: without the key (servers echo it, masked or not), and
-        short."""
+    def _scrub(self, text: str) -> str:
+        """`text` without the key (an endpoint may echo the Authorization header, masked or not)."""
         key = os.environ.get(self.api_key_env)
         text = text.replace(key, "[redacted]") if key else text
-        return re.sub(r"sk-[A-Za-z0-9_\-*.]{4,}", "sk-[redacted]", text)[:500]
+        return re.sub(r"sk-[A-Za-z0-9_\-*.]{4,}", "sk-[redacted]", text) if "sk-" in text else text
+
+    def _redact(self, text: str) -> str:
+        """An error message fit for the episode log: scrubbed, and short."""
+        return self._scrub(text)[:500]
 
     def _exhausted_message(self) -> str:
         """One line: the endpoint, how many calls failed and why the last one did."""
@@ -405,6 +446,7 @@ class OpenAIBackend:
             "requests": counts["requests"],
             "retries": counts["retries"],
             "retry_wait_s": round(self._retry_wait, 3),
+            "truncated_replies": counts["truncated_replies"],
             "faults": dict(sorted(self._faults.items())),
             "failed_calls": counts["failed_calls"],
             "logprob_fallbacks": counts["logprob_fallbacks"],
@@ -416,12 +458,17 @@ class OpenAIBackend:
 
 
 def _usage(usage: Mapping[str, object], messages: Sequence[Mapping[str, str]], text: str) -> tuple[int, int]:
+    """(prompt, completion) tokens from the endpoint's usage; a count that cannot be true is estimated."""
     prompt = usage.get("prompt_tokens")
     completion = usage.get("completion_tokens")
     return (
-        prompt if isinstance(prompt, int) else estimate_tokens(messages),
-        completion if isinstance(completion, int) else math.ceil(len(text) / 4),
+        prompt if _plausible(prompt) else estimate_tokens(messages),
+        completion if _plausible(completion) else math.ceil(len(text) / 4),
     )
+
+
+def _plausible(count: object) -> bool:
+    return type(count) is int and 0 <= count <= MAX_TOKEN_COUNT
 
 
 def _check(ok: bool, name: str, value: object, expected: str) -> None:

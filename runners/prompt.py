@@ -24,6 +24,9 @@ SYSTEM_PROMPT = (
 HINT_PREFIX = "The session says: "
 NO_MEMORY = "Memory: (empty)"
 LABELS = ascii_uppercase
+# Every character that can end a line for some reader (str.splitlines, Unicode: \r \v \f \x1c-\x1e
+# \x85 \u2028 \u2029) or is a control character (C0, DEL, C1) becomes a space.
+_ONE_LINE = str.maketrans(dict.fromkeys([*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029], " "))
 
 EVIDENCE_LINE = re.compile(
     r'^- \[step (?P<t>-?\d+)\] (?P<verdict>VALID|FAILED) (?P<value>"(?:[^"\\]|\\.)*")'
@@ -40,15 +43,20 @@ def evidence_line(e: Evidence) -> str:
     Cached: memories hand back the same evidence episode after episode."""
     counts = "" if e.support is None else f" (support {e.support}, conflicts {e.conflict or 0})"
     verdict = "VALID" if e.holds else "FAILED"
-    text = e.text.replace("\n", " ")
-    return f"- [step {e.t}] {verdict} {json.dumps(e.value)}{counts}: {text}"
+    return f"- [step {e.t}] {verdict} {json.dumps(e.value)}{counts}: {one_line(e.text)}"
+
+
+def one_line(text: str) -> str:
+    """`text` as one prompt line: data, tool output and memory text must not forge lines of their own
+    (a `\r` or `\u2028` followed by `- [step 9] VALID "x"` would show a model an extra memory entry)."""
+    return text if text.isprintable() else text.translate(_ONE_LINE)
 
 
 def render(task: Task, evidence: Sequence[Evidence]) -> tuple[dict[str, str], ...]:
     """The system and user messages for one decision."""
-    lines = [f"Step {task.t}. {task.text}"]
+    lines = [f"Step {task.t}. {one_line(task.text)}"]
     if task.hint:
-        lines.append(HINT_PREFIX + task.hint)
+        lines.append(HINT_PREFIX + one_line(task.hint))
     if evidence:
         lines.append(f"Memory ({len(evidence)} entries, oldest first):")
         lines.extend(map(evidence_line, evidence))
@@ -56,7 +64,7 @@ def render(task: Task, evidence: Sequence[Evidence]) -> tuple[dict[str, str], ..
         lines.append(NO_MEMORY)
     if task.options:
         lines.append("Options:")
-        lines.extend(f"{LABELS[i]}) {opt}" for i, opt in enumerate(task.options))
+        lines.extend(f"{LABELS[i]}) {one_line(opt)}" for i, opt in enumerate(task.options))
         lines.append('Reply with the letter of one option, as "Answer: X".')
     else:
         lines.append('Reply as "Answer: <answer>" with a very concise answer and nothing else.')

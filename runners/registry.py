@@ -25,11 +25,32 @@ MEMORIES: dict[str, str] = {
     "oracle_reset": "baselines.oracle_reset:OracleReset",
 }
 
-# What a Memory must have: its annotated attributes (`name`) and its public methods.
-_PROTOCOL_MEMBERS = (
-    *Memory.__annotations__,
-    *(m for m, v in vars(Memory).items() if not m.startswith("_") and callable(v)),
-)
+
+def protocol_methods(protocol: type) -> list[str]:
+    """A protocol's public methods: what a class must define before it is built."""
+    return [m for m, v in vars(protocol).items() if not m.startswith("_") and callable(v)]
+
+
+def protocol_members(protocol: type) -> list[str]:
+    """A protocol's annotated attributes (`name`), properties and public methods: what a built object
+    must have (attributes and properties may be set by the constructor)."""
+    properties = [m for m, v in vars(protocol).items() if isinstance(v, property)]
+    return [*getattr(protocol, "__annotations__", {}), *properties, *protocol_methods(protocol)]
+
+
+def require_class(target: str, obj: object, protocol: type) -> type:
+    """`obj` itself when it is a class that defines `protocol`'s methods; otherwise TypeError.
+
+    Checked before anything is called: a config names a `_target_`, and a function there
+    (`subprocess.getoutput`, `shutil.rmtree`) or a class of another kind must never run.
+    """
+    what = f"{protocol.__module__}.{protocol.__name__}"
+    if not isinstance(obj, type):
+        raise TypeError(f"{target!r} is not a class (a {type(obj).__name__}); it must implement {what}")
+    missing = [m for m in protocol_methods(protocol) if not callable(getattr(obj, m, None))]
+    if missing:
+        raise TypeError(f"{target!r} does not implement {what}: missing {', '.join(missing)}")
+    return obj
 
 
 def memory_names() -> list[str]:
@@ -68,12 +89,13 @@ def build_memory(name: str, **params: Any) -> Memory:
     """Construct memory `name` with `params` (its constructor's keyword arguments).
 
     Raises ValueError for an unknown name, a parameter the class does not take, or (from the class) a
-    bad parameter value; TypeError when a user's class does not implement `tepa.protocol.Memory`.
+    bad parameter value; TypeError, before anything is called, when `name` is not a class implementing
+    `tepa.protocol.Memory`.
     """
-    cls = memory_class(name)
+    cls = require_class(name, memory_class(name), Memory)
     try:
         sig = inspect.signature(cls)
-    except (TypeError, ValueError):  # some callables (builtins, C extensions) have no signature
+    except (TypeError, ValueError):  # some classes (builtins, C extensions) have no signature
         sig = None
     if sig is not None and not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
         unknown = sorted(set(params) - set(sig.parameters))
@@ -83,7 +105,7 @@ def build_memory(name: str, **params: Any) -> Memory:
                 f"it takes: {', '.join(sig.parameters) or 'none'}"
             )
     memory = cls(**params)
-    missing = [m for m in _PROTOCOL_MEMBERS if not hasattr(memory, m)]
+    missing = [m for m in protocol_members(Memory) if not hasattr(memory, m)]
     if missing:
         raise TypeError(
             f"memory {name!r} does not implement tepa.protocol.Memory: missing {', '.join(missing)}"

@@ -2,7 +2,8 @@
 
 One SQLite file in WAL mode. A single connection per process is guarded by a lock, so concurrent streams
 (threads or asyncio tasks) can share one cache, and several processes of a Hydra multirun can share one file
-(SQLite's own locking, with a generous busy timeout). Only successful replies are stored.
+(SQLite's own locking, with a generous busy timeout). Only successful replies are stored, after the
+backend has cut them to its length limit and scrubbed its key from them.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ CREATE TABLE IF NOT EXISTS replies (
     model TEXT NOT NULL,
     text TEXT NOT NULL,
     prompt_tokens INTEGER NOT NULL,
-    completion_tokens INTEGER NOT NULL
+    completion_tokens INTEGER NOT NULL,
+    truncated INTEGER NOT NULL DEFAULT 0
 )
 """
 
@@ -32,13 +34,14 @@ class CachedReply:
     text: str
     prompt_tokens: int
     completion_tokens: int
+    truncated: bool = False
 
 
 def cache_key(model: str, messages: Sequence[Mapping[str, str]], params: Mapping[str, object]) -> str:
     """sha256 over the model name, the messages and the generation parameters.
 
-    The endpoint's URL is deliberately not part of the key: the same model served elsewhere (a local
-    llama.cpp server today, vLLM tomorrow) answers the same prompt the same way at temperature 0.
+    The openai backend puts its endpoint (without credentials) among the parameters: a reply cached
+    from one server, garbled or unparseable ones included, is never served for another.
     """
     payload = json.dumps(
         {"model": model, "messages": [dict(m) for m in messages], "params": dict(params)},
@@ -78,6 +81,9 @@ class ResponseCache:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(_SCHEMA)
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(replies)")}
+            if "truncated" not in columns:  # a cache file made before replies were cut to a limit
+                conn.execute("ALTER TABLE replies ADD COLUMN truncated INTEGER NOT NULL DEFAULT 0")
             self._connection, self._pid = conn, os.getpid()
         return self._connection
 
@@ -86,21 +92,33 @@ class ResponseCache:
         with self._lock:
             row = (
                 self._conn()
-                .execute("SELECT text, prompt_tokens, completion_tokens FROM replies WHERE key = ?", (key,))
+                .execute(
+                    "SELECT text, prompt_tokens, completion_tokens, truncated FROM replies WHERE key = ?",
+                    (key,),
+                )
                 .fetchone()
             )
             if row is None:
                 self.misses += 1
                 return None
             self.hits += 1
-            return CachedReply(*row)
+            return CachedReply(row[0], row[1], row[2], bool(row[3]))
 
-    def put(self, key: str, model: str, text: str, prompt_tokens: int, completion_tokens: int) -> None:
+    def put(
+        self,
+        key: str,
+        model: str,
+        text: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        truncated: bool = False,
+    ) -> None:
         """Store one successful reply (a later put for the same key replaces it)."""
         with self._lock:
             self._conn().execute(
-                "INSERT OR REPLACE INTO replies VALUES (?, ?, ?, ?, ?)",
-                (key, model, text, int(prompt_tokens), int(completion_tokens)),
+                "INSERT OR REPLACE INTO replies (key, model, text, prompt_tokens, completion_tokens, "
+                "truncated) VALUES (?, ?, ?, ?, ?, ?)",
+                (key, model, text, int(prompt_tokens), int(completion_tokens), int(truncated)),
             )
 
     def __len__(self) -> int:

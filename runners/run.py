@@ -38,9 +38,10 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from runners.backend import BackendExhausted
-from runners.config import RunSpec, validate
+from runners.config import ConfigError, RunSpec, validate
 from runners.identity import Variant, stream_identity, variant_of
 from runners.loop import ReplayMismatch, replay_problem, run_stream
+from runners.preflight import check_command_line
 from runners.runlog import PARTIAL_EPISODES, StreamLog, differences, partial_summary, stream_dir
 
 log = logging.getLogger(__name__)
@@ -386,13 +387,25 @@ def _exit_now(exc: RunInterrupted) -> None:
     os._exit(128 + exc.signum)
 
 
+def cli() -> None:
+    """`python -m runners.run` / `tepa-run`: the checks Hydra's own output must not precede
+    (`runners.preflight`: secrets, unwritable folders, broken YAML), then the Hydra entry point. A
+    SIGINT before the run installs its handlers, or while a multirun's launcher waits for its jobs, ends
+    it with one line too."""
+    try:
+        check_command_line(sys.argv[1:], CONF_DIR)
+    except ConfigError as exc:
+        sys.exit(f"error: {exc}")
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("stopped by SIGINT: the episodes run so far are logged; rerun the same command to resume")
+        sys.exit(128 + signal.SIGINT)
+
+
 if __name__ == "__main__":
     # Call the importable `runners.run.main`, not this `__main__` copy: launchers (joblib, submitit)
     # pickle the task function by reference, and a worker can import `runners.run` but not `__main__`.
-    from runners.run import main as _main
+    from runners.run import cli as _cli
 
-    try:
-        _main()
-    except KeyboardInterrupt:  # a multirun's launcher interrupted while it waited for its jobs
-        print("stopped by SIGINT: the episodes run so far are logged; rerun the same command to resume")
-        sys.exit(128 + signal.SIGINT)
+    _cli()

@@ -8,6 +8,7 @@ which matters because every observation and every retrieved item creates one. Th
 from __future__ import annotations
 
 from collections.abc import Hashable
+from numbers import Integral
 from typing import NamedTuple
 
 
@@ -47,3 +48,36 @@ class Evidence(NamedTuple):
     ref: int = -1
     support: int | None = None
     conflict: int | None = None
+
+
+def check_observation(obs: Observation) -> None:
+    """Raise ValueError, naming the field, for an observation a memory could not keep faithfully.
+
+    Every memory's `observe` calls it first. A NaN key is stored but never equals itself, so it can
+    never be retrieved; an unhashable key cannot be stored; a `holds` that is not a bool (the string
+    "False" is truthy) would count as the opposite claim; `t` orders evidence and must be an integer.
+    The common case (str/int/None key, bool holds, int t) costs a few type checks.
+    """
+    key, holds, t = obs.key, obs.holds, obs.t
+    if type(holds) is not bool:
+        raise ValueError(f"observation.holds={holds!r}: must be a bool")
+    if type(t) is not int and (isinstance(t, bool) or not isinstance(t, Integral)):
+        raise ValueError(f"observation.t={t!r}: must be an int")
+    if type(obs.value) is not str:
+        raise ValueError(f"observation.value={obs.value!r}: must be a str")
+    if key is None or type(key) is str or type(key) is int:
+        return
+    try:
+        hash(key)
+    except TypeError:
+        raise ValueError(f"observation.key={key!r}: must be hashable") from None
+    if _has_nan(key):
+        raise ValueError(f"observation.key={key!r}: must not be or contain NaN (it never equals itself)")
+
+
+def _has_nan(key: object) -> bool:
+    if isinstance(key, float | complex):
+        return key != key
+    if isinstance(key, tuple | frozenset):
+        return any(map(_has_nan, key))
+    return False

@@ -30,7 +30,7 @@ from collections.abc import Hashable
 from typing import Any, ClassVar
 
 from tepa.archive import Archive
-from tepa.evidence import Evidence, Observation, Query
+from tepa.evidence import Evidence, Observation, Query, check_observation
 from tepa.precedent import Precedent, State
 from tepa.retrieval import DEFAULT_TOP_K, rank
 
@@ -123,6 +123,7 @@ class PrecedentMemory:
     def observe(self, obs: Observation) -> None:
         """Count `obs` on every live precedent of its key (one key has one current value), create a
         hypothesis for a new value that holds, and check transitions on what changed."""
+        check_observation(obs)
         key, value, holds, t = obs.key, obs.value, obs.holds, obs.t
         group = self._by_key.get(key)
         if group is None:
@@ -184,12 +185,14 @@ class PrecedentMemory:
 
     def feedback(self, used: list[Evidence], success: bool, t: int) -> None:
         """Append the outcome to `recent` of each used precedent that is still active (one revoked since
-        retrieval starts its new epoch clean), then check the recent-success revocation rule."""
+        retrieval starts its new epoch clean), then check the recent-success revocation rule. Evidence
+        this memory did not hand out (its ref names another precedent's id, or another memory's) is
+        ignored: the ref must name an active precedent of the same key."""
         active = self._active
         outcome = True if success else False  # as bool(success), without a call
         for ev in used:
             p = active.get(ev.ref)
-            if p is None:
+            if p is None or p.key != ev.key:
                 continue
             recent = p.recent
             recent.append(outcome)

@@ -110,10 +110,10 @@ def test_escapes_and_foreign_tools_are_refused_and_change_nothing_outside(tmp_pa
     outside.mkdir()
     canary = outside / "canary.txt"
     canary.write_text("untouched")
-    (env.sandbox.root / "evil").symlink_to(outside)
     before = sorted(os.listdir(tmp_path)), sorted(os.listdir(outside))
     task = task_for(env, 0, "stable")
     for action, why in _attacks(outside).items():
+        (env.sandbox.root / "evil").symlink_to(outside)  # planted anew: the sweep after a call removes it
         outcome = env.execute(task, action)
         assert not outcome.success and "refused" in outcome.message and why in outcome.message, action
         assert outcome.observations[0].holds is False
@@ -127,10 +127,11 @@ def test_leftovers_of_earlier_actions_do_not_change_later_outcomes():
         publish, archive = task_for(env, 0, "stable"), task_for(env, 1, "stable")
         base = publish.correct.rsplit(" ", 1)[0]
         for blocker in ("build", "dist"):  # a file where the archive's output folder belongs
-            env.execute(publish, f"{base} {blocker}")
-            assert (env.sandbox.root / blocker).is_file()
+            (env.sandbox.root / blocker).write_text("in the way")  # planted between episodes
+        assert env.execute(archive, archive.correct).success
         env.execute(publish, f"{base} reports/junk.txt")  # a stray file in the folder to archive
-        assert (env.sandbox.root / "reports" / "junk.txt").is_file()
+        assert not (env.sandbox.root / "reports" / "junk.txt").exists()  # swept after the call
+        (env.sandbox.root / "reports" / "junk.txt").write_text("planted")
         assert env.execute(archive, archive.correct).success
         assert not (env.sandbox.root / "reports" / "junk.txt").exists()
 

@@ -165,9 +165,9 @@ def test_transient_failures_are_retried(stub_server, fault, kind):
     assert stats["retries"] == 2 and stats["faults"] == {kind: 2} and stats["requests"] == 3
 
 
-def test_retry_after_is_honoured(stub_server):
+def test_retry_after_is_honoured_up_to_retry_after_max(stub_server):
     stub_server.push(StubReply(status=429, headers={"Retry-After": "0.6"}))
-    backend = make(stub_server)
+    backend = make(stub_server, retry_after_max=1.0)
     start = time.perf_counter()
     (reply,) = run(backend, request())
     assert reply.error is None and time.perf_counter() - start >= 0.6
@@ -201,19 +201,22 @@ def test_gives_up_after_max_retries_then_exhausts(stub_server, tmp_path):
     assert len(backend.cache) == 0  # failures are never cached
 
 
-def test_cache_serves_reruns_for_free_across_endpoints(stub_server, tmp_path):
+def test_cache_serves_reruns_for_free_on_the_same_endpoint_only(stub_server, tmp_path):
     cache = tmp_path / "c.sqlite"
     first = make(stub_server, cache_path=cache)
     (a, b) = run(first, request(0), request(1))
-    # the same model behind another URL (here: the same stub via localhost) shares the cache
-    second = OpenAIBackend(
-        stub_server.base_url.replace("127.0.0.1", "localhost"), "stub-model", cache_path=cache
-    )
+    second = make(stub_server, cache_path=cache)
     (a2, b2, c2) = run(second, request(0), request(1), request(2))
     assert (a2.text, a2.prompt_tokens, a2.cached) == (a.text, a.prompt_tokens, True) and b2.cached
     assert not c2.cached  # another seed is another generation parameter
     assert len(stub_server.requests) == 3
     assert (second.stats()["cache_hits"], second.stats()["cache_misses"]) == (2, 1)
+    # the same server under another URL is another endpoint: asked afresh
+    third = OpenAIBackend(
+        stub_server.base_url.replace("127.0.0.1", "localhost"), "stub-model", cache_path=cache
+    )
+    (a3,) = run(third, request(0))
+    assert not a3.cached and len(stub_server.requests) == 4
 
 
 def test_concurrency_is_limited_by_one_semaphore(stub_server):

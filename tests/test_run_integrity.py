@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -137,25 +138,23 @@ def test_a_damaged_complete_stream_is_named_kept_aside_and_redone(tmp_path, capl
     assert len(load_runs(tmp_path / "runs").runs) == 1  # the analysis does not count the kept copy
 
 
-def test_the_analysis_names_a_damaged_file_and_reads_the_other_runs(tmp_path, caplog):
+def test_the_analysis_stops_with_one_line_naming_a_damaged_file(tmp_path):
     summary = run(tmp_path, TINY, "memory=lww", "seeds=[0,1]")
     damaged = summary.streams[1].directory / EPISODES
     _flip_a_middle_byte(damaged)
-    logs = load_runs(tmp_path / "runs")
-    assert set(logs.runs["seed"]) == {0}
-    assert any(str(damaged) in m and "sha256" in m for m in warnings_of(caplog))
+    with pytest.raises(ValueError, match=re.escape(f"{damaged}: sha256 differs")) as error:
+        load_runs(tmp_path / "runs")
+    assert "\n" not in str(error.value)
 
 
 @pytest.mark.parametrize(
     ("column", "spoil", "problem"),
     [
-        ("success", lambda s: s.astype(str), "column success has type large_string, expected boolean"),
+        ("success", lambda s: s.astype(str), "column success must hold booleans, found large_string"),
         ("t", lambda s: s.astype("Int64").mask(s.index == 3), "column t has 1 null value(s)"),
     ],
 )
-def test_the_analysis_reports_wrong_types_and_nulls_by_path_and_column(
-    tmp_path, caplog, column, spoil, problem
-):
+def test_the_analysis_reports_wrong_types_and_nulls_by_path_and_column(tmp_path, column, spoil, problem):
     summary = run(tmp_path, TINY, "memory=lww", "seeds=[0,1]")
     d = summary.streams[0].directory
     frame = pd.read_parquet(d / EPISODES)
@@ -164,8 +163,8 @@ def test_the_analysis_reports_wrong_types_and_nulls_by_path_and_column(
     meta = json.loads((d / META).read_text())  # checksums that match: only the columns are wrong
     meta["files"][EPISODES] = file_record((d / EPISODES).read_bytes(), len(frame))
     (d / META).write_text(json.dumps(meta))
-    assert set(load_runs(tmp_path / "runs").runs["seed"]) == {1}
-    assert any(f"{d / EPISODES}: {problem}" in m for m in warnings_of(caplog))
+    with pytest.raises(ValueError, match=re.escape(f"{d / EPISODES}: {problem}")):
+        load_runs(tmp_path / "runs")
 
 
 # --- data provenance ------------------------------------------------------------------------------------

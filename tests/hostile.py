@@ -1,0 +1,58 @@
+"""Helpers of the hostile-input tests (tests/test_hostile_*.py): the runner from the command line and
+in process, and a search for a secret in every file a run leaves (Parquet decoded, the rest as bytes)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from hydra import compose, initialize_config_dir
+
+from runners.run import CONF_DIR, PROJECT_ROOT, execute
+
+SENTINEL = "sk-test-SENTINEL-0123456789abcdef"
+TINY = ("env.phase_length=2",)  # controlled drift: 4 phases x 2 = 8 episodes
+
+
+def cli(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python -m runners.run ARGS` in `cwd`, as a user types it."""
+    return subprocess.run(
+        [sys.executable, "-m", "runners.run", *args], capture_output=True, text=True, cwd=cwd, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT), **(env or {})},
+    )  # fmt: skip
+
+
+def run(results: Path, *overrides: str):
+    """The runner in process (validate, build, run every stream) on a tiny controlled-drift stream."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(
+            "config", overrides=[f"results_dir={results}", *TINY, *overrides], return_hydra_config=True
+        )
+    return execute(cfg, cfg.hydra.runtime.choices)
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    """The run's error, asserting it failed with one line and no traceback."""
+    assert proc.returncode != 0, proc.stdout
+    assert "Traceback" not in proc.stderr, proc.stderr
+    boilerplate = ("Error executing job with overrides", "Set the environment variable HYDRA_FULL_ERROR")
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith(boilerplate)]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def files_containing(root: Path, secret: str) -> list[Path]:
+    """Every file under `root` whose content holds `secret` (Parquet files decoded: they compress)."""
+    found = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        if path.suffix == ".parquet":
+            text = str(pq.read_table(path).to_pylist())
+            hit = secret in text
+        else:
+            hit = secret.encode() in path.read_bytes()
+        if hit:
+            found.append(path)
+    return found
