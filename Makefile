@@ -7,7 +7,7 @@ RUN    := $(BIN)/python -m runners.run -m hydra/launcher=joblib
 # MemoryAgentBench data: a folder with memoryagentbench/ and mquake/ (see README); empty = download.
 export TEPA_DATA_DIR ?=
 
-.PHONY: help lint test reproduce figures calibrate bench serve-llm test-llm reproduce-llm
+.PHONY: help lint test reproduce ablation figures calibrate bench serve-llm test-llm reproduce-llm
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -34,6 +34,12 @@ reproduce: $(STAMP) ## every paper experiment on the simulated backend, then tab
 	$(RUN) experiment=paper_preference
 	@if $(BIN)/python -m envs.mab_data; then $(RUN) experiment=paper_memoryagentbench; \
 	else echo "skipping MemoryAgentBench: no data (see above)"; fi
+	$(MAKE) figures
+
+# TEPA-Rev's rule switches, each flipped alone, and the literal rules on the drift and preference settings
+# (10 seeds), then tables, figures and results/README.md with the ablation table.
+ablation: $(STAMP) ## ablate TEPA-Rev's rule switches, then tables and figures
+	$(RUN) experiment=ablation_lifecycle
 	$(MAKE) figures
 
 # Tables, figures and results/README.md from the logs already in results/runs (no experiment is rerun).

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from analysis.ablation import ablation_table
 from analysis.figures import make_figures
 from analysis.load import load_runs
 from analysis.metrics import DEFAULT_TOLERANCE, DEFAULT_WINDOW, INTERVALS, analyse
@@ -73,6 +74,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     log.info("computed metrics")
     tables = build_tables(analysis)
+    try:
+        ablation = ablation_table(analysis, args.runs)
+    except ValueError as error:
+        log.error("analysis: %s", error)
+        return 2
+    if ablation is not None:
+        tables.insert(-1, ablation)  # before the closing table of sources
     write_tables(tables, args.out / "tables")
     log.info("wrote %d tables to %s", len(tables), args.out / "tables")
     figures = make_figures(analysis, logs.episodes, args.out / "figures", runs=logs.runs, root=args.runs)

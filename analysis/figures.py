@@ -42,7 +42,18 @@ DPI = 110
 _COLORS = dict(
     zip(
         METHOD_ORDER,
-        ("#7f7f7f", "#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#1f77b4", "#2ca02c", "#9467bd"),
+        (
+            "#7f7f7f",
+            "#d62728",
+            "#ff7f0e",
+            "#8c564b",
+            "#e377c2",
+            "#17becf",
+            "#1f77b4",
+            "#2ca02c",
+            "#9467bd",
+            "#aec7e8",
+        ),
         strict=True,
     )
 )
@@ -59,7 +70,7 @@ class FigureFile:
 
 
 def method_colors(methods: Iterable[str]) -> dict[str, str]:
-    """A fixed colour per method: the nine methods always get the same one; others follow in order."""
+    """A fixed colour per method: the built-in methods always get the same one; others follow in order."""
     extra = [m for m in sorted_methods(methods) if m not in _COLORS]
     return _COLORS | {m: _EXTRA_COLORS[i % len(_EXTRA_COLORS)] for i, m in enumerate(extra)}
 
@@ -172,20 +183,23 @@ def mpi_bars(analysis: Analysis, experiment: str, path: Path) -> FigureFile | No
 
 
 def sweep_heatmaps(analysis: Analysis, directory: Path) -> list[FigureFile]:
-    """One heatmap per swept (env, method): overall success over the first two swept parameters.
+    """One heatmap per swept (env, method): overall success over the first two swept parameters (one
+    row when a single key was swept).
 
     Further swept parameters, if any, are averaged over (the title says so).
     """
-    if analysis.sweep.empty or len(analysis.sweep_params) < 2:
+    if analysis.sweep.empty or not analysis.sweep_params:
         return []
     names = [p.rsplit(".", 1)[-1] for p in analysis.sweep_params]
-    x_name, y_name = names[0], names[1]
+    x_name, y_name = names[0], names[1] if len(names) > 1 else None
     files = []
     for env in dict.fromkeys(analysis.sweep["env"]):
         of_env = analysis.sweep[analysis.sweep["env"] == env]
         for method in dict.fromkeys(of_env["memory"]):
-            grid = of_env[of_env["memory"] == method].pivot_table(
-                index=y_name, columns=x_name, values="mean", aggfunc="mean"
+            grid = (
+                of_env[of_env["memory"] == method]
+                .assign(_one_row=0)
+                .pivot_table(index=y_name or "_one_row", columns=x_name, values="mean", aggfunc="mean")
             )
             figure = Figure(figsize=(1.1 * grid.shape[1] + 3, 0.8 * grid.shape[0] + 2), layout="constrained")
             ax = figure.add_subplot()
@@ -202,12 +216,12 @@ def sweep_heatmaps(analysis: Analysis, directory: Path) -> list[FigureFile]:
                         color="white" if value < 0.6 else "black",
                     )
             ax.set_xticks(range(grid.shape[1]), [f"{v:g}" for v in grid.columns])
-            ax.set_yticks(range(grid.shape[0]), [f"{v:g}" for v in grid.index])
+            ax.set_yticks(range(grid.shape[0]), [f"{v:g}" for v in grid.index] if y_name else [""])
             ax.set_xlabel(x_name)
-            ax.set_ylabel(y_name)
+            ax.set_ylabel(y_name or "")
             figure.colorbar(image, ax=ax, label="overall success (mean over seeds)")
             rest = f", averaged over {', '.join(names[2:])}" if len(names) > 2 else ""
-            title = f"Threshold sweep: {method_label(method)} on {env_label(env)}{rest}"
+            title = f"Sweep of {', '.join(names[:2])}: {method_label(method)} on {env_label(env)}{rest}"
             ax.set_title(title)
             path = directory / f"sweep_{env}_{method}.png"
             save_figure(figure, path)
@@ -265,6 +279,8 @@ def make_figures(
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     files = []
+    if not analysis.sweep.empty:  # a sweep's grid points are drawn as heatmaps, not over time
+        episodes = episodes[episodes["run"].isin(set(analysis.per_seed["run"]))]
     for experiment, env in settings(analysis.per_seed):
         # Only streams with phase boundaries: a single-phase stream (MemoryAgentBench's independent
         # questions) has no drift to show over time.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.load import LABELS, SWEEP_EXPERIMENT, RunLogs
+from analysis.load import LABELS, RunLogs, in_sweep
 from analysis.stats import Estimate, bootstrap_cis, holm, mean_cis, paired_comparisons, two_level_mean_cis
 
 NO_MEMORY = "no_memory"
@@ -31,6 +31,7 @@ METHOD_ORDER = (
     TEPA_REV,
     TEPA_FULL,
     "tepa_norev",
+    "tepa_rev_literal",
 )
 METHOD_LABELS = {
     NO_MEMORY: "No Memory",
@@ -42,6 +43,7 @@ METHOD_LABELS = {
     TEPA_REV: "TEPA-Rev",
     TEPA_FULL: "TEPA-Full",
     "tepa_norev": "TEPA-NoRev",
+    "tepa_rev_literal": "TEPA-Rev (literal rules)",
 }
 EXPERIMENT_ORDER = ("paper_controlled", "paper_executable", "paper_preference", "paper_memoryagentbench")
 #: Pseudo-phase for the whole stream.
@@ -57,7 +59,7 @@ _EPS = 1e-9
 
 
 def method_label(method: str) -> str:
-    """Display name of a method (its config name when it is not one of the nine)."""
+    """Display name of a method (its config name when it is not a built-in one)."""
     return METHOD_LABELS.get(method, method)
 
 
@@ -91,7 +93,7 @@ def sorted_envs(names: Iterable[str]) -> list[str]:
 
 
 def sorted_methods(names: Iterable[str]) -> list[str]:
-    """The nine methods in METHOD_ORDER, then any other (a user's own) alphabetically."""
+    """The built-in methods in METHOD_ORDER, then any other (a user's own) alphabetically."""
     order = {name: i for i, name in enumerate(METHOD_ORDER)}
     return sorted(_distinct(names), key=lambda n: (order.get(n, len(order)), n))
 
@@ -479,16 +481,19 @@ def summarize_costs(costs: pd.DataFrame) -> pd.DataFrame:
 
 
 def swept_parameters(runs: pd.DataFrame) -> list[str]:
-    """Config keys of memory parameters that vary across the given runs (from meta.json), sorted.
+    """Config keys of env, memory and llm parameters that vary across the given runs (meta.json's
+    resolved config), sorted.
 
-    A key qualifies when one of its dotted components is "memory" and its values are numbers taking
-    more than one value (e.g. "config.memory.theta_rev").
+    A key qualifies when it is a parameter of the resolved config's env, memory or llm node and its
+    values are numbers taking more than one value (e.g. "config.memory.theta_rev", "config.llm.lapse",
+    "config.env.phase_length").
     """
     values: dict[str, set] = {}
     for config in runs["config"]:
         for key, value in config.items():
             numeric = isinstance(value, int | float) and not isinstance(value, bool)
-            if numeric and "memory" in key.split(".")[:-1]:
+            parts = key.split(".")
+            if numeric and len(parts) > 2 and parts[0] == "config" and parts[1] in ("env", "memory", "llm"):
                 values.setdefault(key, set()).add(value)
     return sorted(k for k, v in values.items() if len(v) > 1)
 
@@ -498,7 +503,7 @@ def sweep_method(config: dict[str, object], label: str) -> str:
 
     A sweep's memory labels carry the grid point (e.g. "tepa_rev-theta_rev=0.4-theta_rec=0.5"), so the
     method comes from the memory class in the resolved config: its module names the method
-    ("tepa.tepa_rev.TEPARev" -> "tepa_rev") when that is one of the nine; otherwise the label is kept.
+    ("tepa.tepa_rev.TEPARev" -> "tepa_rev") when that is a built-in one; otherwise the label is kept.
     """
     for key, value in config.items():
         if key.split(".")[-2:] == ["memory", "_target_"] and isinstance(value, str):
@@ -541,8 +546,9 @@ def sweep_success(per_seed: pd.DataFrame, runs: pd.DataFrame, params: list[str])
 class Analysis:
     """All metrics of a set of runs, computed once and shared by tables, figures and the report.
 
-    The threshold-sweep experiment is summarised only in `sweep` (by its swept parameters); every
-    other frame covers the remaining experiments.
+    Sweeps (the threshold-sweep experiment, and runs that share labels with another configuration, see
+    `analysis.load.in_sweep`) are summarised only in `sweep` (by their swept parameters); every other
+    frame covers the remaining runs.
     """
 
     phases: dict[tuple[str, str], list[str]]
@@ -571,16 +577,16 @@ def analyse(
     intervals: str = "seeds",
 ) -> Analysis:
     """Compute every metric of the analysis from loaded run logs (see the functions above)."""
-    is_sweep = logs.episodes["experiment"] == SWEEP_EXPERIMENT
-    episodes, sweep_episodes = logs.episodes, logs.episodes.iloc[:0]
-    if is_sweep.any():  # a boolean filter copies every column: skip it when there is nothing to drop
+    sweep_runs = logs.runs[in_sweep(logs.runs)]
+    episodes, sweep_episodes, events = logs.episodes, logs.episodes.iloc[:0], logs.events
+    if len(sweep_runs):  # a boolean filter copies every column: skip it when there is nothing to drop
+        is_sweep = logs.episodes["run"].isin(set(sweep_runs["run"]))
         episodes, sweep_episodes = logs.episodes[~is_sweep], logs.episodes[is_sweep]
-    events = logs.events[logs.events["experiment"] != SWEEP_EXPERIMENT]
+        events = logs.events[~logs.events["run"].isin(set(sweep_runs["run"]))]
     phases = phase_orders(logs.episodes)
     per_seed = success_per_seed(episodes) if len(episodes) else pd.DataFrame(columns=[*LABELS, "phase"])
     lags = adaptation(episodes, phases, window=window, tolerance=tolerance, reference=reference)
     costs = run_costs(episodes, events) if len(episodes) else pd.DataFrame(columns=["run", *LABELS])
-    sweep_runs = logs.runs[logs.runs["experiment"] == SWEEP_EXPERIMENT]
     params = swept_parameters(sweep_runs) if len(sweep_runs) else []
     sweep = sweep_success(success_per_seed(sweep_episodes), sweep_runs, params) if params else pd.DataFrame()
     return Analysis(

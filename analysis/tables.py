@@ -595,7 +595,7 @@ def cost_table(analysis: Analysis, experiment: str) -> Table | None:
 
 
 def sweep_table(analysis: Analysis) -> Table | None:
-    """Overall success of every configuration of the threshold sweep."""
+    """Overall success of every configuration of the sweeps (one column per swept key)."""
     if analysis.sweep.empty:
         return None
     names = [p.rsplit(".", 1)[-1] for p in analysis.sweep_params]
@@ -612,7 +612,7 @@ def sweep_table(analysis: Analysis) -> Table | None:
     columns = ["Setting", "Method", *names, "Success (overall)", "n"]
     return Table(
         SWEEP_EXPERIMENT,
-        "Threshold sweep: overall success per configuration",
+        "Sweeps: overall success per configuration",
         columns,
         rows,
         analysis.sweep,

@@ -7,12 +7,13 @@ tool at a new version) -> partial_reversal (a `partial_fraction` of the tools, d
 to a third version they have not had, or back to the stable one when A = 2) -> return (the stable
 versions exactly). Jobs of one tool drift together, as users of one tool do.
 
-An action runs for real in a per-run sandbox (a temporary directory, removed by `close()` and at
-`reset`): the job's inputs are restored and its old artefacts removed, the command line goes through
-the gate of `envs.sandbox` (shlex, a tool whitelist, every path confined), a persistent worker (shared
-by the environments open in one process, e.g. a run's seeds) runs the tool under a time limit
-(`envs.tool_worker`), and success is decided on disk: the expected artefact
-exists with the expected content and format. A stale invocation fails with the tool's real argparse
+An action runs for real in a per-run sandbox (a temporary directory named after the owning process,
+removed by `close()`, at `reset` and at exit; a sandbox whose process died without removing it is
+removed by the next `reset` in the same place, see `remove_stale_sandboxes`): the job's inputs are
+restored and its old artefacts removed, the command line goes through the gate of `envs.sandbox`
+(shlex, a tool whitelist, every path confined), a persistent worker (shared by the environments open
+in one process, e.g. a run's seeds) runs the tool under a time limit (`envs.tool_worker`), and success is decided on disk: the expected artefact exists with the expected
+content and format. A stale invocation fails with the tool's real argparse
 error, or runs and leaves the wrong artefact, which the check reports. (Parsing touches nothing, so a
 call that argparse rejects gets that error from the environment itself, without a worker round trip.)
 
@@ -41,6 +42,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -56,6 +58,7 @@ from envs.tools import FLAVOURS, TOOLS, VERSIONS, Tool, subject_for
 from tepa.evidence import Observation
 
 PHASES = ("stable", "full_reversal", "partial_reversal", "return")
+SANDBOX_PREFIX = "tepa-executable-"
 SANDBOX_BUDGET = 4 * 2**20  # bytes of artefacts a sandbox keeps between calls (correct ones: < 10 kB)
 
 
@@ -151,7 +154,9 @@ class ExecutableDrift:
     def reset(self, seed: int) -> None:
         self._seed = int_in("seed", seed, 0)
         self._remove_sandbox()
-        self._tmp = tempfile.TemporaryDirectory(prefix="tepa-executable-", dir=self.sandbox_dir)
+        remove_stale_sandboxes(self.sandbox_dir)
+        owner = f"{SANDBOX_PREFIX}{os.getpid()}-"
+        self._tmp = tempfile.TemporaryDirectory(prefix=owner, dir=self.sandbox_dir)
         root = Path(self._tmp.name)
         (root / "main").mkdir()
         (root / "trial").mkdir()
@@ -332,6 +337,32 @@ class ExecutableDrift:
     def _require_reset(self) -> None:
         if self._seed is None:
             raise RuntimeError(f"{self.name}: call reset(seed) before using the environment")
+
+
+def remove_stale_sandboxes(parent: str | None) -> list[Path]:
+    """Remove the sandboxes in `parent` (None: the temp dir) whose owning process is gone, and return them.
+
+    A sandbox is named `tepa-executable-<owner pid>-<random>`. Its owner removes it on close, at exit
+    and when a run is stopped by SIGINT or SIGTERM; a process killed outright (SIGKILL, a crash) cannot,
+    so the next environment created in the same place does. A pid that is alive (or that belongs to
+    another user) keeps its sandbox."""
+    removed = []
+    for path in Path(parent or tempfile.gettempdir()).glob(f"{SANDBOX_PREFIX}*"):
+        pid = path.name.removeprefix(SANDBOX_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)) and path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _ram_disk() -> str | None:

@@ -185,6 +185,7 @@ def test_reproduce_timing_skips_guarded_steps_and_reports_a_failure(monkeypatch)
     out = bench.time_reproduce()
     assert set(out["steps_s"]) == {"ok", "also_ok"} and out["skipped_steps"] == ["guarded"]
     assert out["wall_s"] == pytest.approx(sum(out["steps_s"].values()))
+    assert out["verification"]["streams"] == 0  # these steps write no streams to verify
     steps.append(("broken", None, [py, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"]))
     out = bench.time_reproduce()
     assert "wall_s" not in out and out["failed"] == "broken: exit 3: boom"
