@@ -12,10 +12,11 @@ removed by `close()`, at `reset` and at exit; a sandbox whose process died witho
 removed by the next `reset` in the same place, see `remove_stale_sandboxes`): the job's inputs are
 restored and its old artefacts removed, the command line goes through the gate of `envs.sandbox`
 (shlex, a tool whitelist, every path confined), a persistent worker (shared by the environments open
-in one process, e.g. a run's seeds) runs the tool under a time limit (`envs.tool_worker`), and success is decided on disk: the expected artefact exists with the expected
-content and format. A stale invocation fails with the tool's real argparse
-error, or runs and leaves the wrong artefact, which the check reports. (Parsing touches nothing, so a
-call that argparse rejects gets that error from the environment itself, without a worker round trip.)
+in one process, e.g. a run's seeds) runs the tool under a time limit (`envs.tool_worker`), and success
+is decided on disk: the expected artefact exists with the expected content and format. A stale
+invocation fails with the tool's real argparse error, or runs and leaves the wrong artefact, which the
+check reports. (Parsing touches nothing, so a call that argparse rejects gets that error from the
+environment itself, without a worker round trip.)
 
 Before every call the job's inputs are restored and its artefact paths cleared (before the paths are
 checked, so a link planted where an input belongs is replaced rather than refused forever), so an
