@@ -290,6 +290,30 @@ def _layout(tool: Tool, subject: str) -> tuple[tuple[str, ...], tuple[str, ...]]
     return tool.outputs(subject), tool.inputs(subject)
 
 
+#: Folders up to this many bytes have their tarballs memoised (256 of them: a few MB at most).
+MEMO_TARBALL_BYTES = 64 * 2**10
+
+
+def _pack(members: tuple[tuple[str, bytes], ...]) -> bytes:
+    small = sum(len(data) for _, data in members) <= MEMO_TARBALL_BYTES
+    return _tarball(members) if small else _tarball.__wrapped__(members)
+
+
+@lru_cache(maxsize=256)
+def _tarball(members: tuple[tuple[str, bytes], ...]) -> bytes:
+    """A gzipped tarball of (name, content) members. A pure function of them up to the gzip header's
+    timestamp, which nothing reads, and agents pack the same few folders again and again: packing
+    (tarfile is pure Python) was most of the tool worker's time."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as tar:
+        for name, data in members:
+            # A plain TarInfo: tar.add would look up user and group names on every file.
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
 def subject_for(tool: Tool, index: int) -> str:
     """The subject of the tool's `index`-th job: the names in order, then numbered rounds."""
     names = tool.subjects
@@ -337,23 +361,19 @@ class Archive(Tool):
         src, out = params["src"], params["out"]
         if not src.is_dir():
             raise ToolError(f"archive: error: {sandbox.relative(src)}: not a directory")
-        count, top = 0, str(src)
-        with _open_new(out) as handle, tarfile.open(fileobj=handle, mode="w:gz", compresslevel=1) as tar:
+        members, top = [], str(src)
+        with _open_new(out) as handle:
             for folder, dirs, files in os.walk(top):
                 dirs.sort()
                 for name in sorted(files):
                     path = os.path.join(folder, name)
                     if os.path.islink(path) or not os.path.isfile(path) or path == str(out):
                         continue  # never follow a link; never pack the archive into itself
-                    with open(path, "rb") as handle:
-                        data = handle.read()
-                    # A plain TarInfo: tar.add would look up user and group names on every file.
-                    # os.walk joins onto the resolved (normalised) src: slicing gives what relpath would.
-                    info = tarfile.TarInfo(os.path.join(src.name, path[len(top) + 1 :]))
-                    info.size, info.mode = len(data), 0o644
-                    tar.addfile(info, io.BytesIO(data))
-                    count += 1
-        return f"archive: packed {count} files into {sandbox.relative(out)}"
+                    with open(path, "rb") as member:
+                        # os.walk joins onto the resolved (normalised) src: slicing gives what relpath would.
+                        members.append((os.path.join(src.name, path[len(top) + 1 :]), member.read()))
+            handle.write(_pack(tuple(members)))
+        return f"archive: packed {len(members)} files into {sandbox.relative(out)}"
 
     def describe(self, subject: str) -> str:
         return f"archive the folder {subject}/ into a gzipped tarball"
