@@ -81,15 +81,17 @@ def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
     return [] if old == new else [prefix.rstrip(".") or "(everything)"]
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so that readers see the old file or the new one, never a torn one."""
+def atomic_write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
+    """Write `data` to `path` so that readers see the old file or the new one, never a torn one;
+    `durable` also waits until it is on disk (the partial log, never synced later, need not)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -273,7 +275,7 @@ class StreamLog:
         tail), then keep it open for `append`."""
         self.dir.mkdir(parents=True, exist_ok=True)
         header = {"fingerprint": self.fingerprint, "identity": self.identity}
-        atomic_write_bytes(self.dir / PARTIAL_EPISODES, jsonl_bytes([header, *replay]))
+        atomic_write_bytes(self.dir / PARTIAL_EPISODES, jsonl_bytes([header, *replay]), durable=False)
         self._episodes = open(self.dir / PARTIAL_EPISODES, "a", encoding="utf-8")
         self._pending, self._flush_at = [], time.monotonic() + FLUSH_EVERY_S
 
