@@ -17,9 +17,9 @@ from runners.run import CONF_DIR, PROJECT_ROOT, execute
 from runners.runlog import (
     ARCHIVE,
     EPISODES,
+    FLUSH_EVERY,
     META,
     PARTIAL_EPISODES,
-    FLUSH_EVERY,
     StreamLog,
     atomic_write_bytes,
     parquet_bytes,
