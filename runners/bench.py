@@ -20,6 +20,7 @@ target.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -79,6 +80,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--scaling-window", type=int, default=30, help="episodes timed at each scaling point")
     parser.add_argument("--skip-reproduce", action="store_true", help="do not time `make reproduce`")
+    parser.add_argument(
+        "--reproduce-dir",
+        type=Path,
+        default=None,
+        help="run the timed `make reproduce` into this folder and keep it (e.g. to diff its tables with "
+        "results/tables); default: a temporary folder",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one repetition: a smoke run")
     args = parser.parse_args(argv)
     if args.quick:
@@ -165,7 +173,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = lambda msg: None)
         section(
             "reproduce",
             "make reproduce: the Makefile's commands into a temporary results_dir",
-            time_reproduce,
+            lambda: time_reproduce(args.reproduce_dir),
         )
     report["meta"]["section_seconds"] = took
     report["meta"]["bench_seconds"] = round(sum(took.values()), 1)
@@ -187,12 +195,20 @@ def reproduce_commands(results_dir: str) -> list[tuple[str, list[str] | None, li
     return [*steps, ("analysis", None, analysis)]
 
 
-def time_reproduce() -> dict[str, Any]:
+def time_reproduce(keep: Path | None = None) -> dict[str, Any]:
     """Wall time of each step of `make reproduce` and in total (a guard's time counts in its step); a
-    step whose guard fails is listed as skipped, a failed step is reported, not raised."""
+    step whose guard fails is listed as skipped, a failed step is reported, not raised. The outputs go
+    to a temporary folder, or to `keep` (which must not exist yet: a timing from skipped streams would
+    mean nothing), where they stay."""
     steps: dict[str, float] = {}
     skipped: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="tepa-bench-reproduce-") as tmp:
+    if keep is not None:
+        keep.mkdir(parents=True)  # FileExistsError: refuse to time a rerun over old streams
+    with (
+        contextlib.nullcontext(str(keep.resolve()))
+        if keep is not None
+        else tempfile.TemporaryDirectory(prefix="tepa-bench-reproduce-")
+    ) as tmp:
         for name, guard, cmd in reproduce_commands(tmp):
             start = time.perf_counter()
             if guard is not None and subprocess.run(guard, cwd=PROJECT_ROOT, capture_output=True).returncode:
