@@ -194,7 +194,7 @@ async def run_stream(
             if logged is not None:
                 return next(logged)
             return await backend.complete(
-                Request(messages=render(t, evidence), seed=seed, labels=labels_for(t))
+                Request(messages=render(t, evidence), seed=seed, labels=labels_for(t), options=t.options)
             )
 
         d = await _decide(task, memory, ask)

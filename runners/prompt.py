@@ -22,6 +22,10 @@ SYSTEM_PROMPT = (
     "Pick the option most likely to succeed now."
 )
 HINT_PREFIX = "The session says: "
+LETTER_INSTRUCTION = 'Reply with the letter of one option, as "Answer: X".'
+# A completion-style prompt (a base model, or scoring options by their text) asks for the option itself.
+NAME_INSTRUCTION = "Reply with one option, as it is written."
+ANSWER_CUE = "Answer:"
 NO_MEMORY = "Memory: (empty)"
 LABELS = ascii_uppercase
 # Every character that can end a line for some reader (str.splitlines, Unicode: \r \v \f \x1c-\x1e
@@ -65,7 +69,7 @@ def render(task: Task, evidence: Sequence[Evidence]) -> tuple[dict[str, str], ..
     if task.options:
         lines.append("Options:")
         lines.extend(f"{LABELS[i]}) {one_line(opt)}" for i, opt in enumerate(task.options))
-        lines.append('Reply with the letter of one option, as "Answer: X".')
+        lines.append(LETTER_INSTRUCTION)
     else:
         lines.append('Reply as "Answer: <answer>" with a very concise answer and nothing else.')
     system = task.meta.get("instructions", SYSTEM_PROMPT)
@@ -75,6 +79,14 @@ def render(task: Task, evidence: Sequence[Evidence]) -> tuple[dict[str, str], ..
 def labels_for(task: Task) -> tuple[str, ...]:
     """The option letters shown for `task` (used for logprob scoring)."""
     return tuple(LABELS[: len(task.options)])
+
+
+def completion_prompt(messages: Sequence[dict[str, str]]) -> str:
+    """The chat messages as one completion-style text, for base models and option log-likelihood scoring:
+    the contents in order, separated by blank lines, asking for the option as written instead of its
+    letter, ending with the answer cue. An option is then scored as the continuation `" " + option`."""
+    text = "\n\n".join(m["content"] for m in messages)
+    return f"{text.replace(LETTER_INSTRUCTION, NAME_INSTRUCTION)}\n{ANSWER_CUE}"
 
 
 def estimate_tokens(messages: Sequence[dict[str, str]]) -> int:

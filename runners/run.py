@@ -33,6 +33,7 @@ from tqdm import tqdm
 from runners.backend import BackendExhausted
 from runners.config import ConfigError, RunSpec, validate
 from runners.loop import run_stream
+from runners.plan import plan
 from runners.preflight import check_command_line
 from runners.runlog import StaleRunError, StreamLog, fingerprint, stream_dir
 
@@ -47,7 +48,8 @@ CONF_DIR = PROJECT_ROOT / "conf"  # absolute, so that it resolves the same from 
 # only these continues (or skips) the same streams.
 OPERATIONAL = frozenset({
     "api_key_env", "cache_path", "max_concurrency", "timeout", "max_retries", "max_failed_calls",
-    "backoff_base", "backoff_max", "retry_after_max", "max_retry_wait",
+    "backoff_base", "backoff_max", "retry_after_max", "max_retry_wait", "max_total_tokens", "price_in",
+    "price_out",
 })  # fmt: skip
 VERSIONED = ("tepa-harness", "hydra-core", "omegaconf", "numpy", "pandas", "pyarrow", "openai", "tqdm")
 
@@ -87,8 +89,12 @@ class RunSummary:
 
 
 def execute(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSummary:
-    """Validate a composed config and run it (`choices`: the selected group options, for labels)."""
+    """Validate a composed config and run it (`choices`: the selected group options, for labels); with
+    `plan=true`, print its plan instead (`runners.plan`) and run nothing."""
     spec = validate(cfg, choices)
+    if spec.plan:
+        print(plan(spec).describe(f"{spec.name} {spec.env.label} {spec.memory.label}"), flush=True)
+        return RunSummary(())
     return asyncio.run(run_spec(spec))
 
 
@@ -250,7 +256,8 @@ def main(cfg: DictConfig) -> None:
     for name in ("httpx", "httpx2"):
         logging.getLogger(name).setLevel(logging.WARNING)
     summary = execute(cfg, HydraConfig.get().runtime.choices)
-    log.info(summary.describe())
+    if summary.streams:  # a plan ran nothing
+        log.info(summary.describe())
 
 
 def cli() -> None:
