@@ -84,7 +84,9 @@ class ControlledDrift:
     ) -> None:
         vocabulary = ACTION_NAMES if actions is None else _action_names(actions)
         self.n_keys = int_in("n_keys", n_keys, 1)
-        self.n_actions = int_in("n_actions", n_actions, 2, len(vocabulary))
+        self.n_actions = int_in("n_actions", n_actions, 2)
+        if self.n_actions > len(vocabulary):
+            raise ValueError(f"n_actions must be at most the {len(vocabulary)} action names, got {n_actions}")
         self.phase_length = int_in("phase_length", phase_length, 1)
         self.partial_fraction = fraction("partial_fraction", partial_fraction)
         self.phases = _parse_phases(DEFAULT_PHASES if phases is None else phases, self.phase_length)
