@@ -162,12 +162,22 @@ def stub_server() -> Iterator[StubServer]:
     server.stop()
 
 
+def _serve(model: str, n_ctx: int) -> Iterator[str]:
+    try:
+        require_local_llm(model)
+    except LocalLLMUnavailable as exc:
+        pytest.skip(f"local-llm extra not installed ({exc})")
+    with local_llm_server(n_ctx=n_ctx, model=model) as base_url:
+        yield base_url
+
+
 @pytest.fixture(scope="session")
 def llm_server() -> Iterator[str]:
     """The base_url of a real SmolLM2 llama.cpp server, started once per test session."""
-    try:
-        require_local_llm()
-    except LocalLLMUnavailable as exc:
-        pytest.skip(f"local-llm extra not installed ({exc})")
-    with local_llm_server(n_ctx=4096) as base_url:
-        yield base_url
+    yield from _serve("smollm2", 4096)
+
+
+@pytest.fixture(scope="session")
+def gemma_server() -> Iterator[str]:
+    """The base_url of a real Gemma 3 270M server (runners.llama_server), started once per test session."""
+    yield from _serve("gemma3", 2048)
