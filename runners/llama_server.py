@@ -2,16 +2,20 @@
 log-likelihood of option texts (`llm.scoring=loglik`).
 
 Why not llama-cpp-python's own server: it cannot keep Gemma 3's sliding-window cache whole (`swa_full`),
-without which reusing a cached prompt prefix fails, and it computes the log-probabilities of an echoed
-prompt by sorting the whole vocabulary in Python for every token (minutes per prompt with Gemma's
-262k-token vocabulary). Here a prompt's token log-probabilities are one vectorised log-softmax over the
-rows that are new since the previous prompt: the options of one decision share everything but their
-last tokens, so the shared prefix is evaluated and scored once.
+without which a cached prompt prefix cannot be reused, and for an echoed prompt's log-probabilities it
+needs the logits of every prompt token (with Gemma's 262k-token vocabulary the output layer then costs
+twice the rest of the model) and sorts the whole vocabulary in Python for each of them.
 
-Endpoints: `GET /v1/models`, `POST /v1/completions` (a string `prompt`; `echo` with `logprobs` returns
-every prompt token's log-probability with `tokens`, `text_offset` and `top_logprobs`, and, when
-`max_tokens` >= 1, one greedy token; otherwise `llama_cpp.Llama.create_completion` answers). There is no
-chat endpoint: a base model has no chat template. One request is served at a time.
+Here `echo` with `logprobs` scores the prompt's *last line* (after its last newline: the answer being
+scored, as `runners.prompt.completion_prompt` ends with "Answer: <option>"); earlier prompt tokens get
+null, as the first token always does in OpenAI's API. Only that line's logits are computed, and the
+options of one decision share everything before it, so reading the prompt is paid once per decision:
+the evaluated tokens stay in the cache and the next prompt evaluates only what differs.
+
+Endpoints: `GET /v1/models`, `POST /v1/completions` (a string `prompt`; with `echo` and `logprobs`:
+`tokens`, `text_offset`, `token_logprobs`, `top_logprobs` and, when `max_tokens` is 1, one greedy token;
+otherwise `llama_cpp.Llama.create_completion` answers). There is no chat endpoint: a base model has no
+chat template. One request is served at a time.
 """
 
 from __future__ import annotations
@@ -33,9 +37,7 @@ class BadRequest(ValueError):
 
 
 class LoglikModel:
-    """A llama.cpp model with all logits kept, and the log-probability of each evaluated token cached
-    alongside the evaluated tokens, so that a prompt sharing a prefix with the previous one costs only
-    its new tokens."""
+    """A llama.cpp model that scores the last line of a prompt, reusing the evaluated prefix."""
 
     def __init__(self, model: Path, alias: str, n_ctx: int, n_threads: int, swa_full: bool) -> None:
         from llama_cpp import Llama  # the local-llm extra
@@ -46,19 +48,17 @@ class LoglikModel:
             n_ctx=n_ctx,
             n_threads=n_threads,
             n_threads_batch=n_threads,
-            logits_all=True,
             swa_full=swa_full,
             verbose=False,
         )
-        self._tokens: list[int] = []  # evaluated tokens, in the KV cache
-        self._logprobs: list[float | None] = []  # log P(token i | tokens < i); None for the first
+        self._tokens: list[int] = []  # the tokens in the context's cache, in order
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         prompt = body.get("prompt")
         if not isinstance(prompt, str) or not prompt:
             raise BadRequest("prompt: must be a non-empty string (one prompt per request)")
         max_tokens = body.get("max_tokens", 16)
-        if not isinstance(max_tokens, int) or max_tokens < 0:
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
             raise BadRequest("max_tokens: must be an integer >= 0")
         logprobs = body.get("logprobs")
         if body.get("echo") and logprobs is not None:
@@ -67,59 +67,64 @@ class LoglikModel:
             if max_tokens > 1:
                 raise BadRequest("echo with logprobs: max_tokens must be 0 or 1 (one greedy token)")
             return self._echo(prompt, min(logprobs, MAX_TOP_LOGPROBS), max_tokens)
-        self._forget()  # create_completion reuses and overwrites the context its own way
-        keys = ("max_tokens", "temperature", "top_p", "seed", "stop", "echo", "logprobs")
+        self._tokens = []  # create_completion manages the cache its own way
+        keys = ("max_tokens", "temperature", "top_p", "seed", "stop")
         return self.llm.create_completion(prompt, **{k: body[k] for k in keys if k in body})
-
-    def _forget(self) -> None:
-        self._tokens, self._logprobs = [], []
-        self.llm.reset()
 
     def _echo(self, prompt: str, top: int, max_tokens: int) -> dict[str, Any]:
         llm = self.llm
         tokens = llm.tokenize(prompt.encode(), add_bos=True, special=False)
+        bos = 1 if tokens and tokens[0] == llm.token_bos() else 0
+        pieces = [llm.detokenize([t]) for t in tokens]
+        text = b"".join(pieces[bos:]).decode(errors="replace")
+        if text != prompt:
+            raise BadRequest("prompt: the tokenizer does not reproduce it exactly, so it cannot be echoed")
         if len(tokens) + max_tokens > llm.n_ctx():
             raise BadRequest(f"prompt: {len(tokens)} tokens do not fit the context ({llm.n_ctx()})")
-        if llm.n_tokens != len(self._tokens):
-            self._forget()
+        encoded = text.encode()
+        ends, at = [], 0  # character offset where each shown token ends
+        for piece in pieces[bos:]:
+            at += len(piece)
+            ends.append(len(encoded[:at].decode(errors="ignore")))
+        offsets = [0, *ends[:-1]]
+        line = prompt.rfind("\n") + 1  # the last line starts here
+        first = bos + next((i for i, end in enumerate(ends) if end > line), len(ends) - 1)
+        first = max(first, 1)  # the first token is never scored
+        start = first - 1  # logits from here on: row j predicts token start + j + 1
+        if len(tokens) - start > llm.n_batch:
+            raise BadRequest(f"prompt: its last line is longer than {llm.n_batch} tokens")
         keep = 0
-        for a, b in zip(self._tokens, tokens[:-1], strict=False):  # evaluate at least the last token
+        for a, b in zip(self._tokens[:start], tokens[:start], strict=False):
             if a != b:
                 break
             keep += 1
         llm.n_tokens = keep
-        llm.eval(tokens[keep:])
-        start = max(keep, 1)  # row i - 1 of the scores predicts token i
-        rows = llm.scores[start - 1 : len(tokens) - 1]
-        chosen = rows[np.arange(len(rows)), tokens[start:]].astype(np.float64)
-        self._logprobs = self._logprobs[:keep] or [None]
-        self._logprobs += (chosen - _logsumexp(rows)).tolist()
-        self._tokens = list(tokens)
-        last = llm.scores[len(tokens) - 1]
-        generated = [int(np.argmax(last))] if max_tokens else []
-        pieces = [llm.detokenize([t]) for t in tokens]
-        text_bytes = b"".join(pieces[1:] if tokens[0] == llm.token_bos() else pieces)
-        shown = range(1 if tokens[0] == llm.token_bos() else 0, len(tokens))
-        offsets, position = [], 0
-        for i in shown:
-            offsets.append(len(text_bytes[:position].decode(errors="ignore")))
-            position += len(pieces[i])
+        if keep < start:
+            llm.eval(tokens[keep:start])  # no logits needed for the prefix
+        rows = self._decode_with_logits(tokens[start:], start)
+        norm = _logsumexp(rows)
+        scored = {
+            i: float(rows[i - 1 - start, tokens[i]] - norm[i - 1 - start]) for i in range(first, len(tokens))
+        }
+        shown = range(bos, len(tokens))
         token_texts = [pieces[i].decode(errors="replace") for i in shown]
-        token_logprobs = [self._logprobs[i] for i in shown]
-        top_logprobs = [self._top(i, top) for i in shown]
-        text = text_bytes.decode(errors="replace")
-        if text != prompt:
-            raise BadRequest("prompt: the tokenizer does not reproduce it exactly, so it cannot be echoed")
-        if generated:
-            piece = llm.detokenize(generated, prev_tokens=tokens).decode(errors="replace")
-            lp = float(last[generated[0]] - _logsumexp(last[None, :])[0])
+        token_logprobs: list[float | None] = [scored.get(i) for i in shown]
+        top_logprobs = [None if i not in scored else self._top(rows[i - 1 - start], norm[i - 1 - start],
+                                                               token_texts[i - bos], scored[i], top)
+                        for i in shown]  # fmt: skip
+        if token_logprobs:
+            token_logprobs[0] = top_logprobs[0] = None  # as OpenAI: nothing predicts the first token
+        generated = []
+        if max_tokens:
+            best = int(np.argmax(rows[-1]))
+            piece = llm.detokenize([best], prev_tokens=tokens).decode(errors="replace")
+            lp = float(rows[-1, best] - norm[-1])
+            generated = [best]
             offsets.append(len(text))
             token_texts.append(piece)
             token_logprobs.append(lp)
             top_logprobs.append({piece: lp})
             text += piece
-        if token_logprobs:
-            token_logprobs[0], top_logprobs[0] = None, None  # as OpenAI: nothing predicts the first token
         return {
             "id": "cmpl-local",
             "object": "text_completion",
@@ -144,18 +149,27 @@ class LoglikModel:
             },
         }
 
-    def _top(self, i: int, k: int) -> dict[str, float] | None:
-        """The token at position i and the k likeliest alternatives there, with log-probabilities."""
-        if i == 0:
-            return None
-        chosen = {self.llm.detokenize([self._tokens[i]]).decode(errors="replace"): self._logprobs[i]}
-        if k == 0:
-            return chosen
-        row = self.llm.scores[i - 1]
-        best = np.argpartition(row, -k)[-k:]
-        norm = _logsumexp(row[None, :])[0]
+    def _decode_with_logits(self, tail: list[int], n_past: int) -> np.ndarray:
+        """Evaluate `tail` after the first `n_past` cached tokens, with the logits of every one of them
+        (llama-cpp-python's `eval` keeps them only when the whole context keeps all logits)."""
+        llm = self.llm
+        llm._ctx.kv_cache_seq_rm(-1, n_past, -1)
+        llm._batch.set_batch(batch=tail, n_past=n_past, logits_all=True)
+        llm._ctx.decode(llm._batch)
+        rows = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(len(tail) * llm.n_vocab(),))
+        llm.input_ids[n_past : n_past + len(tail)] = tail
+        llm.n_tokens = n_past + len(tail)
+        self._tokens = [*llm.input_ids[: llm.n_tokens].tolist()]
+        return rows.reshape(len(tail), llm.n_vocab()).copy()
+
+    def _top(self, row: np.ndarray, norm: float, token: str, logprob: float, k: int) -> dict[str, float]:
+        """The token itself and the k likeliest tokens at its position, with log-probabilities."""
+        best = np.argpartition(row, -k)[-k:] if k else []
         piece = self.llm.detokenize
-        return {**{piece([int(t)]).decode(errors="replace"): float(row[t] - norm) for t in best}, **chosen}
+        return {
+            **{piece([int(t)]).decode(errors="replace"): float(row[t] - norm) for t in best},
+            token: logprob,
+        }
 
 
 def _logsumexp(rows: np.ndarray) -> np.ndarray:

