@@ -12,7 +12,14 @@ from runners.config import ConfigError
 from runners.loglik import NoPromptLogprobs, OptionScore, choose, option_loglik
 from runners.openai_backend import OpenAIBackend
 from runners.parse import parse_choice
-from runners.prompt import ANSWER_CUE, LETTER_INSTRUCTION, NAME_INSTRUCTION, completion_prompt
+from runners.prompt import (
+    ANSWER_CUE,
+    LETTER_INSTRUCTION,
+    NAME_INSTRUCTION,
+    completion_prompt,
+    count_message_tokens,
+    count_tokens,
+)
 
 OPTIONS = ("red", "blue", "green")
 MESSAGES = (
@@ -184,3 +191,10 @@ def test_cost_is_reported_from_the_prices_per_million_tokens(stub_server):
 def test_bad_budget_prices_and_scoring_are_named(param, value, message):
     with pytest.raises(ValueError, match=message):
         OpenAIBackend("http://127.0.0.1:9/v1", "m", **{param: value})
+
+
+def test_tokens_are_counted_as_real_tokenizers_split_memory_lines():
+    # Gemma 3's tokenizer splits this line into 29 tokens ("):" is one), SmolLM2's into 30.
+    line = '- [step 57] VALID "blue" (support 3, conflicts 1): action "blue" worked for job 1'
+    assert count_tokens(line) == 30
+    assert count_message_tokens([{"role": "user", "content": line}]) == 34
