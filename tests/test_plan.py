@@ -71,6 +71,7 @@ def test_the_plans_tokens_are_within_ten_percent_of_what_the_run_then_reports(
     rows = [r for stream in logged for r in stream]
     assert len(rows) == plan["decisions"] and len(stub_server.requests) == plan["calls"]
     spent = sum(r["prompt_tokens"] for r in rows)
+    print(f"\n{memory}: plan {plan['prompt_tokens']:.0f} prompt tokens, the run {spent}")
     assert abs(plan["prompt_tokens"] - spent) <= 0.1 * spent, (plan["prompt_tokens"], spent)
 
 
