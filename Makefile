@@ -7,7 +7,7 @@ RUN    := $(BIN)/python -m runners.run -m hydra/launcher=joblib
 # MemoryAgentBench data: a folder with memoryagentbench/ and mquake/ (see README); empty = download.
 export TEPA_DATA_DIR ?=
 
-.PHONY: help lint test reproduce figures calibrate bench serve-llm test-llm reproduce-llm
+.PHONY: help lint test reproduce ablation figures calibrate bench serve-llm test-llm reproduce-llm
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -26,13 +26,20 @@ lint: $(STAMP) ## ruff check and format check
 test: $(STAMP) ## the test suite (no real model)
 	$(BIN)/python -m pytest -m "not llm"
 
-# Every paper experiment on the offline simulated backend (10 seeds), then tables, figures, results/README.md.
+# Every paper experiment on the offline simulated backend (20 seeds in the drift settings, 10 in the others),
+# then tables, figures, results/README.md.
 reproduce: $(STAMP) ## every paper experiment on the simulated backend, then tables and figures
 	$(RUN) experiment=paper_controlled
 	$(RUN) experiment=paper_executable
 	$(RUN) experiment=paper_preference
 	@if $(BIN)/python -m envs.mab_data; then $(RUN) experiment=paper_memoryagentbench; \
 	else echo "skipping MemoryAgentBench: no data (see above)"; fi
+	$(MAKE) figures
+
+# TEPA-Rev's rule switches, each flipped alone, and the literal rules on the drift and preference settings
+# (10 seeds), then tables, figures and results/README.md with the ablation table.
+ablation: $(STAMP) ## ablate TEPA-Rev's rule switches, then tables and figures
+	$(RUN) experiment=ablation_lifecycle
 	$(MAKE) figures
 
 # Tables, figures and results/README.md from the logs already in results/runs (no experiment is rerun).

@@ -8,9 +8,10 @@ import sys
 import time
 from pathlib import Path
 
+from analysis.ablation import ablation_table
 from analysis.figures import make_figures
 from analysis.load import load_runs
-from analysis.metrics import DEFAULT_TOLERANCE, DEFAULT_WINDOW, analyse
+from analysis.metrics import DEFAULT_TOLERANCE, DEFAULT_WINDOW, INTERVALS, analyse
 from analysis.report import SIMULATED_BACKEND_NOTE, write_report
 from analysis.tables import build_tables, write_tables
 from analysis.validate import check_options, check_reference
@@ -32,6 +33,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--reference",
         default=None,
         help="adaptation target: a method whose stable level every method must regain (default: its own)",
+    )
+    parser.add_argument(
+        "--intervals",
+        choices=INTERVALS,
+        default=INTERVALS[0],
+        help="per-phase success intervals: bootstrap over seeds (default), or seeds and then episodes "
+        "within each seed (two-level, shows episode-level noise)",
     )
     parser.add_argument(
         "--backend-note",
@@ -57,12 +65,25 @@ def main(argv: list[str] | None = None) -> int:
     log.info(
         "loaded %d runs, %d episodes, %d archive events", len(logs.runs), len(logs.episodes), len(logs.events)
     )
-    analysis = analyse(logs, window=args.window, tolerance=args.tolerance, reference=args.reference)
+    analysis = analyse(
+        logs,
+        window=args.window,
+        tolerance=args.tolerance,
+        reference=args.reference,
+        intervals=args.intervals,
+    )
     log.info("computed metrics")
     tables = build_tables(analysis)
+    try:
+        ablation = ablation_table(analysis, args.runs)
+    except ValueError as error:
+        log.error("analysis: %s", error)
+        return 2
+    if ablation is not None:
+        tables.insert(-1, ablation)  # before the closing table of sources
     write_tables(tables, args.out / "tables")
     log.info("wrote %d tables to %s", len(tables), args.out / "tables")
-    figures = make_figures(analysis, logs.episodes, args.out / "figures")
+    figures = make_figures(analysis, logs.episodes, args.out / "figures", runs=logs.runs, root=args.runs)
     log.info("wrote %d figures to %s", len(figures), args.out / "figures")
     note = (
         args.backend_note.read_text(encoding="utf-8").strip() if args.backend_note else SIMULATED_BACKEND_NOTE

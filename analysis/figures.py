@@ -1,4 +1,5 @@
-"""Figures: success over time with phase boundaries, MPI per method and phase, threshold-sweep heatmaps.
+"""Figures: success over time with phase boundaries, MPI per method and phase, threshold-sweep heatmaps,
+and lifecycle timelines of TEPA-Rev against TEPA-NoRev in the drift settings.
 
 Matplotlib's object API on the Agg canvas (no pyplot, so no global state and no display needed). PNGs
 are written without the "Software" metadata entry (the only version-dependent field), so the same logs
@@ -21,6 +22,7 @@ from analysis.metrics import (
     NO_MEMORY,
     ORACLE_RESET,
     OVERALL,
+    TEPA_REV,
     Analysis,
     env_label,
     method_label,
@@ -28,13 +30,30 @@ from analysis.metrics import (
     sorted_experiments,
     sorted_methods,
 )
+from analysis.timeline import busiest_key, draw_timeline, legend_handles, read_lifecycle, read_phases
+
+#: Lifecycle timelines: the drift experiments, revocation against the ablation without it, one seed.
+TIMELINES = (("paper_controlled", "controlled_drift"), ("paper_executable", "executable_drift"))
+TIMELINE_METHODS = (TEPA_REV, "tepa_norev")
+TIMELINE_SEED = 0
 
 PNG_METADATA = {"Software": None}
 DPI = 110
 _COLORS = dict(
     zip(
         METHOD_ORDER,
-        ("#7f7f7f", "#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#1f77b4", "#2ca02c", "#9467bd"),
+        (
+            "#7f7f7f",
+            "#d62728",
+            "#ff7f0e",
+            "#8c564b",
+            "#e377c2",
+            "#17becf",
+            "#1f77b4",
+            "#2ca02c",
+            "#9467bd",
+            "#aec7e8",
+        ),
         strict=True,
     )
 )
@@ -51,12 +70,12 @@ class FigureFile:
 
 
 def method_colors(methods: Iterable[str]) -> dict[str, str]:
-    """A fixed colour per method: the nine methods always get the same one; others follow in order."""
+    """A fixed colour per method: the built-in methods always get the same one; others follow in order."""
     extra = [m for m in sorted_methods(methods) if m not in _COLORS]
     return _COLORS | {m: _EXTRA_COLORS[i % len(_EXTRA_COLORS)] for i, m in enumerate(extra)}
 
 
-def _save(figure: Figure, path: Path) -> None:
+def save_figure(figure: Figure, path: Path) -> None:
     FigureCanvasAgg(figure)
     figure.savefig(path, dpi=DPI, metadata=PNG_METADATA)
 
@@ -110,7 +129,7 @@ def success_over_time(
     title = f"{experiment} / {env_label(env)}: success over time (mean over {n_seeds} seeds)"
     ax.set_title(title, pad=22)
     figure.legend(loc="outside right upper", frameon=False, fontsize=9)
-    _save(figure, path)
+    save_figure(figure, path)
     return FigureFile(path, title)
 
 
@@ -159,25 +178,28 @@ def mpi_bars(analysis: Analysis, experiment: str, path: Path) -> FigureFile | No
     title = f"{experiment}: memory pollution index (> 0: worse than No Memory)"
     ax.set_title(title)
     figure.legend(loc="outside right upper", frameon=False, fontsize=9)
-    _save(figure, path)
+    save_figure(figure, path)
     return FigureFile(path, title)
 
 
 def sweep_heatmaps(analysis: Analysis, directory: Path) -> list[FigureFile]:
-    """One heatmap per swept (env, method): overall success over the first two swept parameters.
+    """One heatmap per swept (env, method): overall success over the first two swept parameters (one
+    row when a single key was swept).
 
     Further swept parameters, if any, are averaged over (the title says so).
     """
-    if analysis.sweep.empty or len(analysis.sweep_params) < 2:
+    if analysis.sweep.empty or not analysis.sweep_params:
         return []
     names = [p.rsplit(".", 1)[-1] for p in analysis.sweep_params]
-    x_name, y_name = names[0], names[1]
+    x_name, y_name = names[0], names[1] if len(names) > 1 else None
     files = []
     for env in dict.fromkeys(analysis.sweep["env"]):
         of_env = analysis.sweep[analysis.sweep["env"] == env]
         for method in dict.fromkeys(of_env["memory"]):
-            grid = of_env[of_env["memory"] == method].pivot_table(
-                index=y_name, columns=x_name, values="mean", aggfunc="mean"
+            grid = (
+                of_env[of_env["memory"] == method]
+                .assign(_one_row=0)
+                .pivot_table(index=y_name or "_one_row", columns=x_name, values="mean", aggfunc="mean")
             )
             figure = Figure(figsize=(1.1 * grid.shape[1] + 3, 0.8 * grid.shape[0] + 2), layout="constrained")
             ax = figure.add_subplot()
@@ -194,24 +216,71 @@ def sweep_heatmaps(analysis: Analysis, directory: Path) -> list[FigureFile]:
                         color="white" if value < 0.6 else "black",
                     )
             ax.set_xticks(range(grid.shape[1]), [f"{v:g}" for v in grid.columns])
-            ax.set_yticks(range(grid.shape[0]), [f"{v:g}" for v in grid.index])
+            ax.set_yticks(range(grid.shape[0]), [f"{v:g}" for v in grid.index] if y_name else [""])
             ax.set_xlabel(x_name)
-            ax.set_ylabel(y_name)
+            ax.set_ylabel(y_name or "")
             figure.colorbar(image, ax=ax, label="overall success (mean over seeds)")
             rest = f", averaged over {', '.join(names[2:])}" if len(names) > 2 else ""
-            title = f"Threshold sweep: {method_label(method)} on {env_label(env)}{rest}"
+            title = f"Sweep of {', '.join(names[:2])}: {method_label(method)} on {env_label(env)}{rest}"
             ax.set_title(title)
             path = directory / f"sweep_{env}_{method}.png"
-            _save(figure, path)
+            save_figure(figure, path)
             files.append(FigureFile(path, title))
     return files
 
 
-def make_figures(analysis: Analysis, episodes: pd.DataFrame, directory: str | Path) -> list[FigureFile]:
-    """Write every figure into `directory` (earlier PNGs no longer made are removed)."""
+def lifecycle_timeline(run_dirs: dict[str, Path], experiment: str, env: str, path: Path) -> FigureFile | None:
+    """One key's precedents over time in each method's stream (`run_dirs`: method -> stream
+    directory), one panel per method; the key is TEPA-Rev's busiest (`busiest_key`)."""
+    events = {method: read_lifecycle(d) for method, d in run_dirs.items()}
+    key = busiest_key(events[TEPA_REV]) if TEPA_REV in events else None
+    if key is None:
+        return None
+    figure = Figure(figsize=(10, 1.2 + 1.6 * len(run_dirs)), layout="constrained")
+    axes = figure.subplots(len(run_dirs), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, (method, run_dir) in zip(axes, run_dirs.items(), strict=True):
+        phases, end = read_phases(run_dir)
+        draw_timeline(ax, events[method], key, phases, end)
+        ax.set_ylabel(method_label(method), fontsize=9)
+    axes[-1].set_xlabel("episode t (stream position)")
+    seed = TIMELINE_SEED
+    title = f"{experiment} / {env_label(env)}: precedents of key {key} over time (seed {seed}), by state"
+    figure.suptitle(title, fontsize=10)
+    figure.legend(handles=legend_handles(), loc="outside right upper", frameon=False, fontsize=9)
+    save_figure(figure, path)
+    return FigureFile(path, title)
+
+
+def _timeline_runs(runs: pd.DataFrame, root: Path, experiment: str, env: str) -> dict[str, Path]:
+    """Stream directories of the timeline methods at TIMELINE_SEED, for the methods that have one."""
+    found = {}
+    for method in TIMELINE_METHODS:
+        match = runs[
+            (runs["experiment"] == experiment)
+            & (runs["env"] == env)
+            & (runs["memory"] == method)
+            & (runs["seed"] == TIMELINE_SEED)
+        ]
+        if len(match):
+            found[method] = root / str(match["run"].iloc[0])
+    return found
+
+
+def make_figures(
+    analysis: Analysis,
+    episodes: pd.DataFrame,
+    directory: str | Path,
+    *,
+    runs: pd.DataFrame | None = None,
+    root: str | Path | None = None,
+) -> list[FigureFile]:
+    """Write every figure into `directory` (earlier PNGs no longer made are removed). With the runs
+    frame and the runs' `root`, also the lifecycle timelines (which read those streams' archives)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     files = []
+    if not analysis.sweep.empty:  # a sweep's grid points are drawn as heatmaps, not over time
+        episodes = episodes[episodes["run"].isin(set(analysis.per_seed["run"]))]
     for experiment, env in settings(analysis.per_seed):
         # Only streams with phase boundaries: a single-phase stream (MemoryAgentBench's independent
         # questions) has no drift to show over time.
@@ -228,6 +297,12 @@ def make_figures(analysis: Analysis, episodes: pd.DataFrame, directory: str | Pa
         if figure is not None:
             files.append(figure)
     files += sweep_heatmaps(analysis, directory)
+    if runs is not None and root is not None:
+        for experiment, env in TIMELINES:
+            run_dirs = _timeline_runs(runs, Path(root), experiment, env)
+            figure = lifecycle_timeline(run_dirs, experiment, env, directory / f"lifecycle_{experiment}.png")
+            if figure is not None:
+                files.append(figure)
     written = {f.path for f in files}
     for stale in sorted(p for p in directory.glob("*.png") if p not in written):
         stale.unlink()

@@ -3,12 +3,18 @@
 A run directory is any directory under the root that holds a meta.json with `"complete": true` (the
 runner writes it last, atomically), so interrupted runs are skipped and the layout below the root may
 grow extra levels (a sweep's parameter folders, say). Labels (experiment, env, memory, seed) come from
-the episode rows, not from the path.
+the episode rows, not from the path. Directories the runner moved aside (`seed=0.corrupt-...`) are not
+runs.
+
+A run is trusted only once its files verify against the checksums its meta.json records
+(`analysis.integrity.verify`, the runner's own check) and its episode columns pass
+`analysis.validate.check_episodes`. Otherwise the analysis stops with one ValueError naming the file
+(and the column) and what is wrong, before anything is written: rerunning the experiment's command
+moves a damaged stream aside and redoes it.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,6 +27,7 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from analysis import integrity
 from analysis.validate import check_episodes
 
 log = logging.getLogger(__name__)
@@ -73,11 +80,7 @@ def flatten(mapping: dict, prefix: str = "") -> dict[str, object]:
 
 def read_meta(run_dir: Path) -> dict:
     """meta.json of a run, or {} when it is missing or unreadable (a run still being written)."""
-    try:
-        meta = json.loads((run_dir / "meta.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return meta if isinstance(meta, dict) else {}
+    return integrity.read_meta(run_dir) or {}
 
 
 def is_complete(run_dir: Path) -> bool:
@@ -90,7 +93,8 @@ def find_runs(root: str | Path) -> list[Path]:
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"root: {root} is not a directory")
-    candidates = sorted(p.parent for p in root.rglob("meta.json"))
+    metas = root.rglob(integrity.META)
+    candidates = sorted(p.parent for p in metas if not integrity.is_aside(p.parent.relative_to(root)))
     complete = [p for p in candidates if is_complete(p)]
     if len(complete) < len(candidates):
         log.info("skipping %d incomplete run(s) under %s", len(candidates) - len(complete), root)
@@ -134,10 +138,25 @@ def _labels(table: pa.Table, run: str) -> dict[str, object]:
     return labels
 
 
+def variants(runs: pd.DataFrame) -> pd.Series:
+    """Each run's configuration variant: "" for its experiment's own configuration, else the keys that
+    differ from it (meta.json's `variant`, which the runner also uses as a directory level)."""
+    return runs["config"].map(lambda config: str(config.get("variant") or ""))
+
+
+def in_sweep(runs: pd.DataFrame) -> pd.Series:
+    """Which runs are grid points of a sweep: the threshold-sweep experiment's, and every run whose
+    labels (experiment, env, memory) another run shares with another configuration variant, whatever
+    key was swept (a threshold, a reader parameter, an environment size)."""
+    shared = runs.assign(variant=variants(runs)).groupby(list(LABELS[:3]))["variant"].transform("nunique")
+    return (runs["experiment"] == SWEEP_EXPERIMENT) | (shared > 1)
+
+
 def _check_unique(runs: pd.DataFrame) -> None:
-    """Two runs with the same labels would be averaged as if they were two seeds: refuse."""
-    regular = runs[runs["experiment"] != SWEEP_EXPERIMENT]
-    dup = regular[regular.duplicated(list(LABELS), keep=False)]
+    """Two runs with the same labels and configuration would be averaged as if they were two seeds:
+    refuse."""
+    regular = runs[runs["experiment"] != SWEEP_EXPERIMENT].assign(variant=variants(runs))
+    dup = regular[regular.duplicated([*LABELS, "variant"], keep=False)]
     if not dup.empty:
         raise ValueError(
             "runs with identical (experiment, env, memory, seed) labels: " + ", ".join(sorted(dup["run"]))
@@ -152,12 +171,17 @@ def _with_labels(table: pa.Table, run: str, labels: dict[str, object]) -> pa.Tab
 
 
 def _read_run(root: Path, run_dir: Path) -> tuple[str, pa.Table, pa.Table, dict]:
-    return (
-        run_dir.relative_to(root).as_posix(),
-        read_episodes(run_dir),
-        read_events(run_dir),
-        read_meta(run_dir),
-    )
+    """A run's files, verified (see the module docstring); a ValueError names what cannot be trusted."""
+    meta = read_meta(run_dir)
+    if "files" in meta:  # runs written before checksums were recorded are read unverified
+        problem = integrity.verify(run_dir, meta)
+        if problem is not None:
+            raise ValueError(f"{problem}; rerun its experiment to redo it")
+    try:
+        return run_dir.relative_to(root).as_posix(), read_episodes(run_dir), read_events(run_dir), meta
+    except (OSError, pa.ArrowException) as exc:  # a file Arrow cannot read (ArrowInvalid is both)
+        reason = str(exc).splitlines()[0] if str(exc) else repr(exc)
+        raise ValueError(f"{run_dir}: unreadable ({reason})") from None
 
 
 def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.load import LABELS, SWEEP_EXPERIMENT, RunLogs
-from analysis.stats import Estimate, bootstrap_cis, holm, mean_cis, paired_comparisons
+from analysis.load import LABELS, RunLogs, in_sweep
+from analysis.stats import Estimate, bootstrap_cis, holm, mean_cis, paired_comparisons, two_level_mean_cis
 
 NO_MEMORY = "no_memory"
 ORACLE_RESET = "oracle_reset"
@@ -31,6 +31,7 @@ METHOD_ORDER = (
     TEPA_REV,
     TEPA_FULL,
     "tepa_norev",
+    "tepa_rev_literal",
 )
 METHOD_LABELS = {
     NO_MEMORY: "No Memory",
@@ -42,6 +43,7 @@ METHOD_LABELS = {
     TEPA_REV: "TEPA-Rev",
     TEPA_FULL: "TEPA-Full",
     "tepa_norev": "TEPA-NoRev",
+    "tepa_rev_literal": "TEPA-Rev (literal rules)",
 }
 EXPERIMENT_ORDER = ("paper_controlled", "paper_executable", "paper_preference", "paper_memoryagentbench")
 #: Pseudo-phase for the whole stream.
@@ -49,12 +51,15 @@ OVERALL = "overall"
 CONDITION = ["experiment", "env", "memory"]
 DEFAULT_WINDOW = 20
 DEFAULT_TOLERANCE = 0.1
+#: How the per-phase success intervals resample: seeds only (the default), or seeds and then the
+#: episodes of each drawn seed (`analysis.stats.two_level_mean_cis`), which shows episode-level noise.
+INTERVALS = ("seeds", "seeds+episodes")
 #: Slack in threshold comparisons so that e.g. 18/20 >= 1 - 0.1 holds despite binary floating point.
 _EPS = 1e-9
 
 
 def method_label(method: str) -> str:
-    """Display name of a method (its config name when it is not one of the nine)."""
+    """Display name of a method (its config name when it is not a built-in one)."""
     return METHOD_LABELS.get(method, method)
 
 
@@ -88,7 +93,7 @@ def sorted_envs(names: Iterable[str]) -> list[str]:
 
 
 def sorted_methods(names: Iterable[str]) -> list[str]:
-    """The nine methods in METHOD_ORDER, then any other (a user's own) alphabetically."""
+    """The built-in methods in METHOD_ORDER, then any other (a user's own) alphabetically."""
     order = {name: i for i, name in enumerate(METHOD_ORDER)}
     return sorted(_distinct(names), key=lambda n: (order.get(n, len(order)), n))
 
@@ -171,21 +176,57 @@ class _SeedValues:
         return values_a[ia], values_b[ib]
 
 
-def summarize_success(per_seed: pd.DataFrame, phases: dict[tuple[str, str], list[str]]) -> pd.DataFrame:
-    """Mean success over seeds with 95% CI per (experiment, env, memory, phase)."""
+def summarize_success(
+    per_seed: pd.DataFrame,
+    phases: dict[tuple[str, str], list[str]],
+    *,
+    episodes: pd.DataFrame | None = None,
+    intervals: str = "seeds",
+) -> pd.DataFrame:
+    """Mean success over seeds with 95% CI per (experiment, env, memory, phase).
+
+    `intervals="seeds"`: BCa bootstrap over seeds. `"seeds+episodes"`: the two-level percentile
+    bootstrap (seeds, then episodes within each drawn seed), which needs `episodes`.
+    """
+    if intervals not in INTERVALS:
+        raise ValueError(f"intervals: must be one of {', '.join(INTERVALS)}, got {intervals!r}")
     index = _SeedValues(per_seed, "success")
     cells, samples = [], []
     for setting in settings(per_seed):
         for method in index.methods[setting]:
             for phase in _phases_with_overall(phases, setting):
-                _, values = index.get(setting, method, phase)
+                seeds, values = index.get(setting, method, phase)
                 if len(values):
                     cells.append(
                         {"experiment": setting[0], "env": setting[1], "memory": method, "phase": phase}
                     )
-                    samples.append(values)
-    records = [c | _estimate_columns(e) for c, e in zip(cells, mean_cis(samples), strict=True)]
+                    samples.append(seeds if intervals != "seeds" else values)
+    if intervals == "seeds":
+        estimates = mean_cis(samples)
+    else:
+        if episodes is None:
+            raise ValueError("episodes: the two-level bootstrap needs the episode outcomes")
+        outcomes = _episode_outcomes(episodes)
+        estimates = two_level_mean_cis(
+            [
+                [outcomes[(c["experiment"], c["env"], c["memory"], int(s), c["phase"])] for s in seeds]
+                for c, seeds in zip(cells, samples, strict=True)
+            ]
+        )
+    records = [c | _estimate_columns(e) for c, e in zip(cells, estimates, strict=True)]
     return pd.DataFrame.from_records(records)
+
+
+def _episode_outcomes(episodes: pd.DataFrame) -> dict[tuple, np.ndarray]:
+    """0/1 success of every run's episodes, per phase and over the whole stream (phase OVERALL)."""
+    success = episodes["success"].to_numpy(dtype=float)
+    outcomes: dict[tuple, np.ndarray] = {}
+    for (experiment, env, memory, seed), rows in episodes.groupby(list(LABELS), sort=False).indices.items():
+        outcomes[(experiment, env, memory, int(seed), OVERALL)] = success[rows]
+    keys = [*LABELS, "phase"]
+    for (experiment, env, memory, seed, phase), rows in episodes.groupby(keys, sort=False).indices.items():
+        outcomes[(experiment, env, memory, int(seed), phase)] = success[rows]
+    return outcomes
 
 
 def _pollution(reference: np.ndarray, method: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -239,8 +280,10 @@ def paired_tests(
     """`method` against every other method on matched seeds, per setting and phase.
 
     Each row: mean difference (method - other) with paired bootstrap CI, two-sided sign-flip p-value
-    (exact up to 16 seeds: with fewer than 6 seeds it cannot fall below 0.05), its Holm adjustment across
-    the other methods of the same setting and phase (one family), and Cohen's d_z.
+    (exact up to EXACT_MAX_PAIRS seeds: with fewer than 6 seeds it cannot fall below 0.05), its Holm
+    adjustment across the other methods of the same setting and phase (one family), the paired
+    bootstrap p-value (null imposed by centring, `analysis.stats.bootstrap_pvalue`) with its Holm
+    adjustment, and Cohen's d_z.
     """
     index = _SeedValues(per_seed, "success")
     families, cells, pairs = [], [], []
@@ -264,13 +307,15 @@ def paired_tests(
     records = []
     for family in families:
         adjusted = holm([comparisons[i].p_value for i in family])
-        for i, p_holm in zip(family, adjusted, strict=True):
+        adjusted_boot = holm([comparisons[i].p_bootstrap for i in family])
+        for i, p_holm, p_boot_holm in zip(family, adjusted, adjusted_boot, strict=True):
             c = comparisons[i]
             records.append(
                 cells[i]
                 | {"n": c.n, "mean_method": c.mean_a, "mean_other": c.mean_b}
                 | {"diff": c.diff.mean, "diff_low": c.diff.low, "diff_high": c.diff.high}
                 | {"p": c.p_value, "p_holm": float(p_holm), "d_z": c.d_z}
+                | {"p_boot": c.p_bootstrap, "p_boot_holm": float(p_boot_holm)}
             )
     return pd.DataFrame.from_records(records)
 
@@ -436,16 +481,19 @@ def summarize_costs(costs: pd.DataFrame) -> pd.DataFrame:
 
 
 def swept_parameters(runs: pd.DataFrame) -> list[str]:
-    """Config keys of memory parameters that vary across the given runs (from meta.json), sorted.
+    """Config keys of env, memory and llm parameters that vary across the given runs (meta.json's
+    resolved config), sorted.
 
-    A key qualifies when one of its dotted components is "memory" and its values are numbers taking
-    more than one value (e.g. "config.memory.theta_rev").
+    A key qualifies when it is a parameter of the resolved config's env, memory or llm node and its
+    values are numbers taking more than one value (e.g. "config.memory.theta_rev", "config.llm.lapse",
+    "config.env.phase_length").
     """
     values: dict[str, set] = {}
     for config in runs["config"]:
         for key, value in config.items():
             numeric = isinstance(value, int | float) and not isinstance(value, bool)
-            if numeric and "memory" in key.split(".")[:-1]:
+            parts = key.split(".")
+            if numeric and len(parts) > 2 and parts[0] == "config" and parts[1] in ("env", "memory", "llm"):
                 values.setdefault(key, set()).add(value)
     return sorted(k for k, v in values.items() if len(v) > 1)
 
@@ -455,7 +503,7 @@ def sweep_method(config: dict[str, object], label: str) -> str:
 
     A sweep's memory labels carry the grid point (e.g. "tepa_rev-theta_rev=0.4-theta_rec=0.5"), so the
     method comes from the memory class in the resolved config: its module names the method
-    ("tepa.tepa_rev.TEPARev" -> "tepa_rev") when that is one of the nine; otherwise the label is kept.
+    ("tepa.tepa_rev.TEPARev" -> "tepa_rev") when that is a built-in one; otherwise the label is kept.
     """
     for key, value in config.items():
         if key.split(".")[-2:] == ["memory", "_target_"] and isinstance(value, str):
@@ -498,8 +546,9 @@ def sweep_success(per_seed: pd.DataFrame, runs: pd.DataFrame, params: list[str])
 class Analysis:
     """All metrics of a set of runs, computed once and shared by tables, figures and the report.
 
-    The threshold-sweep experiment is summarised only in `sweep` (by its swept parameters); every
-    other frame covers the remaining experiments.
+    Sweeps (the threshold-sweep experiment, and runs that share labels with another configuration, see
+    `analysis.load.in_sweep`) are summarised only in `sweep` (by their swept parameters); every other
+    frame covers the remaining runs.
     """
 
     phases: dict[tuple[str, str], list[str]]
@@ -516,6 +565,7 @@ class Analysis:
     window: int
     tolerance: float
     reference: str | None
+    intervals: str = "seeds"
 
 
 def analyse(
@@ -524,24 +574,25 @@ def analyse(
     window: int = DEFAULT_WINDOW,
     tolerance: float = DEFAULT_TOLERANCE,
     reference: str | None = None,
+    intervals: str = "seeds",
 ) -> Analysis:
     """Compute every metric of the analysis from loaded run logs (see the functions above)."""
-    is_sweep = logs.episodes["experiment"] == SWEEP_EXPERIMENT
-    episodes, sweep_episodes = logs.episodes, logs.episodes.iloc[:0]
-    if is_sweep.any():  # a boolean filter copies every column: skip it when there is nothing to drop
+    sweep_runs = logs.runs[in_sweep(logs.runs)]
+    episodes, sweep_episodes, events = logs.episodes, logs.episodes.iloc[:0], logs.events
+    if len(sweep_runs):  # a boolean filter copies every column: skip it when there is nothing to drop
+        is_sweep = logs.episodes["run"].isin(set(sweep_runs["run"]))
         episodes, sweep_episodes = logs.episodes[~is_sweep], logs.episodes[is_sweep]
-    events = logs.events[logs.events["experiment"] != SWEEP_EXPERIMENT]
+        events = logs.events[~logs.events["run"].isin(set(sweep_runs["run"]))]
     phases = phase_orders(logs.episodes)
     per_seed = success_per_seed(episodes) if len(episodes) else pd.DataFrame(columns=[*LABELS, "phase"])
     lags = adaptation(episodes, phases, window=window, tolerance=tolerance, reference=reference)
     costs = run_costs(episodes, events) if len(episodes) else pd.DataFrame(columns=["run", *LABELS])
-    sweep_runs = logs.runs[logs.runs["experiment"] == SWEEP_EXPERIMENT]
     params = swept_parameters(sweep_runs) if len(sweep_runs) else []
     sweep = sweep_success(success_per_seed(sweep_episodes), sweep_runs, params) if params else pd.DataFrame()
     return Analysis(
         phases=phases,
         per_seed=per_seed,
-        success=summarize_success(per_seed, phases),
+        success=summarize_success(per_seed, phases, episodes=episodes, intervals=intervals),
         mpi=mpi(per_seed, phases),
         paired=paired_tests(per_seed, phases),
         lags=lags,
@@ -553,4 +604,5 @@ def analyse(
         window=window,
         tolerance=tolerance,
         reference=reference,
+        intervals=intervals,
     )

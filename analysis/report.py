@@ -10,7 +10,7 @@ import pandas as pd
 from analysis.figures import FigureFile
 from analysis.load import SWEEP_EXPERIMENT
 from analysis.metrics import method_label, sorted_experiments, sorted_methods, sweep_method
-from analysis.tables import Table, markdown_table
+from analysis.tables import SCORECARD, Table, markdown_table
 
 SIMULATED_BACKEND_NOTE = (
     "**About the backend.** The default LLM backend, `SimulatedBackend` (`llm=simulated`), is a "
@@ -69,24 +69,29 @@ def render_report(
         "results/runs --out results` (`make figures`); tables are also in `tables/` as CSV and LaTeX.\n",
         PROVENANCE_NOTE + "\n",
         backend_note + "\n",
-        "## Runs\n",
-        _inventory(runs),
-        "## Tables\n",
     ]
+    first = [t for t in tables if t.name == SCORECARD]
+    for table in first:  # what reproduces, before anything else
+        parts += [f"## {table.title}\n", *_table_parts(table)]
+    parts += ["## Runs\n", _inventory(runs), "## Tables\n"]
     for table in tables:
-        base = f"tables/{table.name}"
-        parts += [
-            f"### {table.title}\n",
-            markdown_table(table.columns, table.rows, table.labels),
-            *([table.note + "\n"] if table.note else []),
-            f"Files: [{base}.csv]({base}.csv), [{base}.tex]({base}.tex)\n",
-        ]
+        if table.name != SCORECARD:
+            parts += [f"### {table.title}\n", *_table_parts(table)]
     if figures:
         parts.append("## Figures\n")
     for figure in figures:
         relative = figure.path.relative_to(root).as_posix()
         parts += [f"### {figure.title}\n", f"![{figure.title}]({relative})\n"]
     return "\n".join(parts + _companions(root))
+
+
+def _table_parts(table: Table) -> list[str]:
+    base = f"tables/{table.name}"
+    return [
+        markdown_table(table.columns, table.rows, table.labels),
+        *([table.note + "\n"] if table.note else []),
+        f"Files: [{base}.csv]({base}.csv), [{base}.tex]({base}.tex)\n",
+    ]
 
 
 def _companions(root: Path) -> list[str]:

@@ -1,7 +1,10 @@
-"""Statistics over seeds: bootstrap confidence intervals, paired sign-flip tests, Holm correction.
+"""Statistics over seeds: bootstrap confidence intervals, paired sign-flip and bootstrap tests, Holm
+correction, and an optional two-level (seeds, then episodes) bootstrap.
 
 The unit of replication is the seed: every estimate here takes one value per seed (a run's success rate,
-say), never individual episodes, because episodes within a run are not independent.
+say), because episodes within a run are not independent. The two-level bootstrap
+(`two_level_mean_cis`) keeps seeds as the outer unit and resamples episodes within each drawn seed, so
+that the interval also carries episode-level noise.
 
 All randomness is seeded (`seed`, fixed `n_resamples`), so the same inputs give the same intervals and
 p-values on every machine and every rerun; the tables built from them are byte-identical.
@@ -23,9 +26,10 @@ from scipy.special import ndtr, ndtri
 CONFIDENCE_LEVEL = 0.95
 N_RESAMPLES = 9999
 SEED = 0
-#: Largest number of pairs for which the sign-flip null distribution is enumerated exactly (2**16 sign
-#: patterns); above it the test draws `n_resamples` random sign patterns.
-EXACT_MAX_PAIRS = 16
+#: Largest number of pairs for which the sign-flip null distribution is enumerated exactly (2**24 sign
+#: patterns, counted without materialising them: `_sign_flip_hits`); above it the test draws
+#: `n_resamples` random sign patterns.
+EXACT_MAX_PAIRS = 24
 METHODS = ("bca", "percentile", "basic")
 #: Resampled values per batch of cells (2**22 floats, 32 MB per array): bounds the memory of a batch.
 _BATCH_VALUES = 2**22
@@ -55,6 +59,7 @@ class PairedComparison:
     diff: Estimate
     p_value: float
     d_z: float
+    p_bootstrap: float = float("nan")
 
 
 def _as_samples(samples: Sequence[Sequence[float]]) -> list[np.ndarray]:
@@ -325,7 +330,7 @@ def sign_flip_pvalue(diffs: Sequence[float], *, n_resamples: int = N_RESAMPLES, 
     enumerated (exact test); above that, `n_resamples` random patterns estimate p as
     (hits + 1) / (n_resamples + 1). Because the observed pattern is among the 2**n, the smallest exact
     two-sided p is 2 / 2**n: with fewer than 6 seeds (2/32 = 0.0625) p < 0.05 cannot be reached,
-    however large the effect; use >= 10 seeds.
+    however large the effect; use >= 10 seeds. A mean that is 0 up to rounding gives p = 1.
     """
     d = np.asarray(diffs, dtype=float)
     if d.ndim != 1 or np.isnan(d).any():
@@ -333,22 +338,134 @@ def sign_flip_pvalue(diffs: Sequence[float], *, n_resamples: int = N_RESAMPLES, 
     n = len(d)
     if n == 0:
         return float("nan")
+    observed = abs(float(np.ones(n) @ d))
+    if observed <= n * np.finfo(float).eps * float(np.abs(d).sum()):
+        return 1.0  # the mean is 0 up to rounding: every sign pattern reaches it
+    reach = observed - _tie_tolerance(observed)
     if n <= EXACT_MAX_PAIRS:
-        bits = (np.arange(2**n)[:, None] >> np.arange(n)[None, :]) & 1
-        signs = 1.0 - 2.0 * bits  # row 0 is the observed, all-positive pattern
-        exact = True
-    else:
-        signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=(n_resamples, n))
-        exact = False
-    null = np.abs(signs @ d) / n
-    observed = abs(float(np.ones(n) @ d) / n)
-    # Same relative tolerance as scipy.stats.permutation_test, so that equal means computed in a
-    # different summation order still count as ties.
-    gamma = observed * 100 * np.finfo(float).eps
-    hits = int(np.count_nonzero(null >= observed - gamma))
-    if exact:
-        return hits / len(null)
+        return _sign_flip_hits(d, reach) / 2**n
+    signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=(n_resamples, n))
+    hits = int(np.count_nonzero(np.abs(signs @ d) >= reach))
     return (hits + 1) / (n_resamples + 1)
+
+
+def _signed_sums(x: np.ndarray) -> np.ndarray:
+    """The 2**len(x) sums of +-x_i, one per sign pattern."""
+    sums = np.zeros(1)
+    for value in x:
+        sums = np.concatenate((sums + value, sums - value))
+    return sums
+
+
+def _sign_flip_hits(d: np.ndarray, reach: float) -> int:
+    """How many of the 2**n sign patterns give |sum of +-d_i| >= reach, counted by meeting in the middle:
+    the patterns of the first half against the sorted sums of the second (2**(n/2) values each)."""
+    if reach <= 0:
+        return 2 ** len(d)
+    first = _signed_sums(d[: len(d) // 2])
+    second = np.sort(_signed_sums(d[len(d) // 2 :]))
+    start_above = np.searchsorted(second, reach - first, side="left")
+    # A tiny `reach` can round both thresholds to the same value: count no pattern twice.
+    end_below = np.minimum(np.searchsorted(second, -reach - first, side="right"), start_above)
+    return int((len(second) - start_above).sum() + end_below.sum())
+
+
+def _tie_tolerance(observed: np.ndarray | float) -> np.ndarray | float:
+    """Slack under which a resampled statistic counts as reaching the observed one: the relative
+    tolerance of scipy.stats.permutation_test, so that equal means summed in another order still tie."""
+    return observed * 100 * np.finfo(float).eps
+
+
+def bootstrap_pvalues(
+    diffs: Sequence[Sequence[float]], *, n_resamples: int = N_RESAMPLES, seed: int = SEED
+) -> list[float]:
+    """`bootstrap_pvalue` of every sequence of paired differences, the resamples drawn once per length.
+
+    Each cell of length n sees the resample indices `rng.integers(0, n, (n_resamples, n))` of a fresh
+    generator seeded with `seed`: the draws of `scipy.stats.bootstrap` (and of the paired CI) for it.
+    """
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples: must be >= 1, got {n_resamples}")
+    arrays = [_as_samples([d])[0] for d in diffs]
+    pvalues = [float("nan")] * len(arrays)
+    by_length: dict[int, list[int]] = {}
+    for i, d in enumerate(arrays):
+        if len(d) == 0:
+            continue
+        if np.ptp(d) == 0:  # no spread: the centred data are all 0, so is every resampled mean
+            pvalues[i] = 1.0 if d[0] == 0 else 1 / (n_resamples + 1)
+            continue
+        by_length.setdefault(len(d), []).append(i)
+    for n, members in by_length.items():
+        rows = max(1, _BATCH_VALUES // (n_resamples * n))
+        indices = np.random.default_rng(seed).integers(0, n, (n_resamples, n))
+        for start in range(0, len(members), rows):
+            batch = members[start : start + rows]
+            data = np.stack([arrays[i] for i in batch])
+            observed = np.mean(data, axis=-1, keepdims=True)
+            null = np.mean(np.take(data - observed, indices, axis=-1), axis=-1)
+            reach = np.abs(observed) - _tie_tolerance(np.abs(observed))
+            hits = np.count_nonzero(np.abs(null) >= reach, axis=-1)
+            for row, i in enumerate(batch):
+                pvalues[i] = float((hits[row] + 1) / (n_resamples + 1))
+    return pvalues
+
+
+def bootstrap_pvalue(diffs: Sequence[float], *, n_resamples: int = N_RESAMPLES, seed: int = SEED) -> float:
+    """Two-sided paired bootstrap p-value for H0: the mean paired difference is 0.
+
+    Method: the null is imposed by centring, d0_i = d_i - mean(d); `n_resamples` resamples of the n
+    seeds' centred differences (with replacement) give the null distribution of the mean, and
+    p = (1 + #{|mean(d0*)| >= |mean(d)|}) / (n_resamples + 1), so p >= 1 / (n_resamples + 1)
+    (1e-4 with the default 9999). Unlike the exact sign-flip test it assumes no symmetry and has no
+    floor of 2 / 2**n, but with few seeds it is approximate (the resampled means take few values).
+    Differences that are all equal give p = 1 when they are 0, else the floor. NaN without pairs.
+    """
+    return bootstrap_pvalues([diffs], n_resamples=n_resamples, seed=seed)[0]
+
+
+def two_level_mean_cis(
+    cells: Sequence[Sequence[Sequence[float]]],
+    *,
+    confidence_level: float = CONFIDENCE_LEVEL,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = SEED,
+) -> list[Estimate]:
+    """Mean over seeds of per-seed success rates, with a two-level percentile bootstrap interval.
+
+    Each cell is a list of seeds, each a sequence of 0/1 episode outcomes. A resample draws the seeds
+    with replacement and then, for every drawn seed independently, its episodes with replacement; the
+    statistic is the mean over the drawn seeds of their resampled success rates. For 0/1 outcomes a
+    resample of n episodes with success rate p has the distribution of Binomial(n, p) / n, which is how
+    the episodes are drawn (exactly, and without materialising n indices per seed). The interval is the
+    percentile interval (BCa's jackknife has no two-level form); it is never narrower in expectation
+    than the seeds-only interval, since it adds the episode-level variance.
+    """
+    if not 0 < confidence_level < 1:
+        raise ValueError(f"confidence_level: must be in (0, 1), got {confidence_level}")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples: must be >= 1, got {n_resamples}")
+    alpha = (1 - confidence_level) / 2
+    estimates = []
+    for i, cell in enumerate(cells):
+        seeds = _as_samples(cell) if len(cell) else []
+        if any(((s != 0) & (s != 1)).any() for s in seeds):
+            raise ValueError(f"cells[{i}]: episode outcomes must be 0 or 1")
+        sizes = np.array([len(s) for s in seeds])
+        if not len(seeds) or (sizes == 0).any():
+            estimates.append(Estimate(float("nan"), float("nan"), float("nan"), len(seeds)))
+            continue
+        rates = np.array([s.mean() for s in seeds])
+        point = float(rates.mean())
+        if np.ptp(rates) == 0 and rates[0] in (0.0, 1.0):  # no spread at either level
+            estimates.append(Estimate(point, point, point, len(seeds)))
+            continue
+        rng = np.random.default_rng(seed)
+        drawn = rng.integers(0, len(seeds), (n_resamples, len(seeds)))
+        means = (rng.binomial(sizes[drawn], rates[drawn]) / sizes[drawn]).mean(axis=-1)
+        low, high = np.quantile(means, [alpha, 1 - alpha])
+        estimates.append(Estimate(point, float(low), float(high), len(seeds)))
+    return estimates
 
 
 def cohens_dz(diffs: Sequence[float]) -> float:
@@ -381,6 +498,7 @@ def paired_comparisons(
         arrays.append((x, y))
     diffs = [x - y for x, y in arrays]
     cis = mean_cis(diffs, n_resamples=n_resamples, seed=seed)
+    boot = bootstrap_pvalues(diffs, n_resamples=n_resamples, seed=seed)
     return [
         PairedComparison(
             n=len(d),
@@ -389,8 +507,9 @@ def paired_comparisons(
             diff=ci,
             p_value=sign_flip_pvalue(d, n_resamples=n_resamples, seed=seed),
             d_z=cohens_dz(d),
+            p_bootstrap=p,
         )
-        for (x, y), d, ci in zip(arrays, diffs, cis, strict=True)
+        for (x, y), d, ci, p in zip(arrays, diffs, cis, boot, strict=True)
     ]
 
 
@@ -401,7 +520,7 @@ def paired_comparison(
 
     Reports the mean difference A - B with a paired bootstrap CI (the bootstrap of the per-seed
     differences), the two-sided sign-flip p-value (exact up to EXACT_MAX_PAIRS seeds; with fewer than 6
-    seeds p < 0.05 is impossible) and Cohen's d_z.
+    seeds p < 0.05 is impossible), the paired bootstrap p-value (`bootstrap_pvalue`) and Cohen's d_z.
     """
     return paired_comparisons([(a, b)], n_resamples=n_resamples, seed=seed)[0]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import paper
+from analysis import paper, scorecard
 from analysis.load import SWEEP_EXPERIMENT
 from analysis.metrics import (
     NO_MEMORY,
@@ -27,8 +27,10 @@ from analysis.metrics import (
     settings,
     sorted_experiments,
 )
+from analysis.stats import EXACT_MAX_PAIRS, N_RESAMPLES
 
 SUFFIXES = (".md", ".csv", ".tex")
+SCORECARD = "scorecard"
 MISSING = "n/a"
 
 
@@ -73,6 +75,11 @@ def pvalue(p: float) -> str:
     if math.isnan(p):
         return MISSING
     return "<0.001" if p < 0.001 else number(p, 3)
+
+
+def _p_is(p: float) -> str:
+    """A p-value for sentences: "p = 0.002", and two significant digits below 0.001 ("p = 1.9e-06")."""
+    return f"p = {p:.1e}" if 0 < p < 0.001 else f"p = {pvalue(p)}"
 
 
 def reference(value: paper.PaperNumber | None, digits: int = 3) -> str:
@@ -204,13 +211,15 @@ def _wide(
     return ["Setting", "Method", *phases], rows
 
 
-def _seeds_note(frame: pd.DataFrame) -> str:
+def _seeds_note(frame: pd.DataFrame, intervals: str = "seeds") -> str:
     counts = sorted(set(int(n) for n in frame["n"])) if "n" in frame and len(frame) else []
     seeds = "/".join(str(c) for c in counts) if counts else "0"
-    return (
-        f"Mean over seeds ({seeds} seeds per cell) [95% bootstrap CI over seeds; omitted when all "
-        "seeds agree]."
+    over = (
+        "95% two-level percentile bootstrap CI: seeds, then episodes within each drawn seed"
+        if intervals == "seeds+episodes"
+        else "95% bootstrap CI over seeds"
     )
+    return f"Mean over seeds ({seeds} seeds per cell) [{over}; omitted when all seeds agree]."
 
 
 # --------------------------------------------------------------------------------------- paper tables
@@ -275,7 +284,7 @@ def _paper_table(
         return None
     frame = pd.DataFrame(data)
     columns = _PAPER_COLUMNS + (["MPI (ours)", "MPI (paper)"] if with_mpi else [])
-    text = " ".join(p for p in (_seeds_note(frame), _PAPER_NOTE, note) if p)
+    text = " ".join(p for p in (_seeds_note(frame, analysis.intervals), _PAPER_NOTE, note) if p)
     return Table(name, title, columns, rows, frame, note=text)
 
 
@@ -289,8 +298,9 @@ def _gain_note(analysis: Analysis, experiment: str, env: str) -> str:
     return (
         f"{env_label(env)}: TEPA-Rev - Append-Only = "
         f"{interval(ours['diff'], ours['diff_low'], ours['diff_high'], signed=True)}, "
-        f"p = {pvalue(ours['p'])} (Holm {pvalue(ours['p_holm'])}, n = {int(ours['n'])}); "
-        f"paper {reference(ref, 2)}, {ref.note}."
+        f"exact sign-flip {_p_is(ours['p'])} (Holm {pvalue(ours['p_holm'])}), "
+        f"paired bootstrap {_p_is(ours['p_boot'])} (Holm {pvalue(ours['p_boot_holm'])}), "
+        f"n = {int(ours['n'])} seeds; paper {reference(ref, 2)}, {ref.note}."
     )
 
 
@@ -333,7 +343,7 @@ def _mab_table(analysis: Analysis) -> Table | None:
     frame = pd.DataFrame(data)
     note = " ".join(
         (
-            _seeds_note(frame.dropna(subset=["n"])),
+            _seeds_note(frame.dropna(subset=["n"]), analysis.intervals),
             _PAPER_NOTE,
             f"Rows marked [published] are other systems as published in {paper.MAB_PAPER}, for context.",
         )
@@ -371,6 +381,46 @@ def reference_table() -> Table:
     )
 
 
+def scorecard_table(analysis: Analysis) -> Table:
+    """Every number the paper reports: ours, the paper's, the verdict, and why when it differs."""
+    data = scorecard.scorecard(analysis)
+    rows = []
+    for r in data.to_dict("records"):
+        if r["metric"] == "p":
+            ours = (
+                f"sign-flip {pvalue(r['p_sign_flip'])}, bootstrap {pvalue(r['p_bootstrap'])}"
+                if "p_sign_flip" in r and not _missing(r["p_sign_flip"])
+                else MISSING
+            )
+            theirs = f"< {r['paper']:g}"
+        else:
+            digits = 2 if r["metric"] == "mpi" else 3
+            signed = r["metric"] == "diff"
+            ours = (
+                MISSING
+                if _missing(r.get("ours"))
+                else interval(r["ours"], r["low"], r["high"], signed=signed)
+            )
+            theirs = ("~" if r["paper_approximate"] else "") + number(r["paper"], digits, signed=signed)
+        why = r["reason"] + (f" ([evidence]({r['evidence']}))" if r["evidence"] else "")
+        rows.append([env_label(r["env"]), r["phase"], scorecard.describe(r), r["verdict"], ours, theirs, why])
+    verdicts = data["verdict"].value_counts()
+    counts = ", ".join(f"{int(verdicts.get(v, 0))} {v}" for v in scorecard.VERDICTS)
+    note = (
+        f"{len(data)} rows: {counts}. Reproduced: the paper's value inside our 95% interval or within "
+        f"{scorecard.TOLERANCE:g} of our mean; direction only: the same sign (MPI, differences) and the "
+        "same ordering against the other methods the paper reports in the cell (success); a p-value "
+        "claim is reproduced when both our exact sign-flip and paired bootstrap p meet it. Intervals "
+        "as in the tables below; the same scorecard is in tables/scorecard.csv."
+    )
+    columns = ["Setting", "Phase", "Number", "Verdict", "Ours [95% CI]", "Paper", "Why not (evidence)"]
+    return Table(SCORECARD, "Reproduction scorecard", columns, rows, data, labels=4, note=note)
+
+
+def _missing(x: object) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
 # ---------------------------------------------------------------------------------- per experiment
 
 
@@ -386,7 +436,7 @@ def success_table(analysis: Analysis, experiment: str) -> Table | None:
         columns,
         rows,
         data.reset_index(drop=True),
-        note=_seeds_note(data),
+        note=_seeds_note(data, analysis.intervals),
     )
 
 
@@ -427,15 +477,32 @@ def paired_table(analysis: Analysis, experiment: str) -> Table | None:
                 interval(r["diff"], r["diff_low"], r["diff_high"], signed=True),
                 pvalue(r["p"]),
                 pvalue(r["p_holm"]),
+                pvalue(r["p_boot"]),
+                pvalue(r["p_boot_holm"]),
                 number(r["d_z"], 2),
                 f"{reference(ref, 2)}, {ref.note}" if ref else "",
             ]
         )
-    columns = ["Setting", "Phase", "Comparison", "n", "Diff [95% CI]", "p", "Holm p", "d_z", "Paper"]
+    columns = [
+        "Setting",
+        "Phase",
+        "Comparison",
+        "n",
+        "Diff [95% CI]",
+        "p (sign-flip)",
+        "Holm p (sign-flip)",
+        "p (bootstrap)",
+        "Holm p (bootstrap)",
+        "d_z",
+        "Paper",
+    ]
     note = (
-        "Paired on matched seeds: mean success difference with paired bootstrap CI; two-sided sign-flip "
-        "permutation p (exact up to 16 seeds; with fewer than 6 seeds p < 0.05 is impossible); Holm "
-        "correction across the comparisons of each setting and phase; Cohen's d_z."
+        "Paired on matched seeds: mean success difference with paired bootstrap CI; two two-sided tests "
+        f"of a zero mean difference: the sign-flip permutation p (exact up to {EXACT_MAX_PAIRS} seeds, "
+        "smallest p 2 / 2^n: with fewer than 6 seeds p < 0.05 is impossible) and the paired bootstrap p "
+        f"(the seeds' differences centred on 0 to impose the null, {N_RESAMPLES} resamples, p = (1 + hits) "
+        f"/ ({N_RESAMPLES} + 1), smallest {pvalue(1 / (N_RESAMPLES + 1))}); Holm correction of each "
+        "across the comparisons of a setting and phase; Cohen's d_z."
     )
     return Table(
         f"paired_{experiment}",
@@ -528,7 +595,7 @@ def cost_table(analysis: Analysis, experiment: str) -> Table | None:
 
 
 def sweep_table(analysis: Analysis) -> Table | None:
-    """Overall success of every configuration of the threshold sweep."""
+    """Overall success of every configuration of the sweeps (one column per swept key)."""
     if analysis.sweep.empty:
         return None
     names = [p.rsplit(".", 1)[-1] for p in analysis.sweep_params]
@@ -545,7 +612,7 @@ def sweep_table(analysis: Analysis) -> Table | None:
     columns = ["Setting", "Method", *names, "Success (overall)", "n"]
     return Table(
         SWEEP_EXPERIMENT,
-        "Threshold sweep: overall success per configuration",
+        "Sweeps: overall success per configuration",
         columns,
         rows,
         analysis.sweep,
@@ -555,8 +622,9 @@ def sweep_table(analysis: Analysis) -> Table | None:
 
 
 def build_tables(analysis: Analysis) -> list[Table]:
-    """Every table, in report order: paper tables, per-experiment tables, the sweep, the references."""
-    tables = paper_tables(analysis)
+    """Every table, in report order: the scorecard, paper tables, per-experiment tables, the sweep, the
+    references."""
+    tables = [scorecard_table(analysis), *paper_tables(analysis)]
     experiments = sorted_experiments(analysis.per_seed["experiment"]) if len(analysis.per_seed) else []
     for experiment in experiments:
         for make in (success_table, mpi_table, paired_table, adaptation_table, cost_table):

@@ -7,13 +7,16 @@ tool at a new version) -> partial_reversal (a `partial_fraction` of the tools, d
 to a third version they have not had, or back to the stable one when A = 2) -> return (the stable
 versions exactly). Jobs of one tool drift together, as users of one tool do.
 
-An action runs for real in a per-run sandbox (a temporary directory, removed by `close()` and at
-`reset`): the job's inputs are restored and its old artefacts removed, the command line goes through
-the gate of `envs.sandbox` (shlex, a tool whitelist, every path confined), a persistent worker runs the
-tool under a time limit (`envs.tool_worker`), and success is decided on disk: the expected artefact
-exists with the expected content and format. A stale invocation fails with the tool's real argparse
-error, or runs and leaves the wrong artefact, which the check reports. (Parsing touches nothing, so a
-call that argparse rejects gets that error from the environment itself, without a worker round trip.)
+An action runs for real in a per-run sandbox (a temporary directory named after the owning process,
+removed by `close()`, at `reset` and at exit; a sandbox whose process died without removing it is
+removed by the next `reset` in the same place, see `remove_stale_sandboxes`): the job's inputs are
+restored and its old artefacts removed, the command line goes through the gate of `envs.sandbox`
+(shlex, a tool whitelist, every path confined), a persistent worker (shared by the environments open
+in one process, e.g. a run's seeds) runs the tool under a time limit (`envs.tool_worker`), and success
+is decided on disk: the expected artefact exists with the expected content and format. A stale
+invocation fails with the tool's real argparse error, or runs and leaves the wrong artefact, which the
+check reports. (Parsing touches nothing, so a call that argparse rejects gets that error from the
+environment itself, without a worker round trip.)
 
 Before every call the job's inputs are restored and its artefact paths cleared (before the paths are
 checked, so a link planted where an input belongs is replaced rather than refused forever), so an
@@ -40,6 +43,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -50,11 +54,12 @@ from typing import Any
 from envs.base import TRIAL_KINDS, Outcome, Task
 from envs.checks import fraction, int_in
 from envs.sandbox import Layout, Refused, Sandbox, check_invocation, split_invocation
-from envs.tool_worker import ToolFn, ToolWorker
+from envs.tool_worker import SharedToolWorker, ToolFn
 from envs.tools import FLAVOURS, TOOLS, VERSIONS, Tool, subject_for
 from tepa.evidence import Observation
 
 PHASES = ("stable", "full_reversal", "partial_reversal", "return")
+SANDBOX_PREFIX = "tepa-executable-"
 SANDBOX_BUDGET = 4 * 2**20  # bytes of artefacts a sandbox keeps between calls (correct ones: < 10 kB)
 
 
@@ -110,7 +115,7 @@ class ExecutableDrift:
             raise ValueError(f"sandbox_dir must be an existing directory, got {sandbox_dir!r}")
         self.sandbox_dir = sandbox_dir if sandbox_dir is not None else _ram_disk()
         self._allowed = frozenset(t.name for t in self._tools) | frozenset(extra)
-        self._worker = ToolWorker(extra)
+        self._worker = SharedToolWorker(extra)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._main: Sandbox | None = None
         self._trial: Sandbox | None = None
@@ -138,7 +143,7 @@ class ExecutableDrift:
         return self._main
 
     @property
-    def worker(self) -> ToolWorker:
+    def worker(self) -> SharedToolWorker:
         return self._worker
 
     @property
@@ -150,7 +155,9 @@ class ExecutableDrift:
     def reset(self, seed: int) -> None:
         self._seed = int_in("seed", seed, 0)
         self._remove_sandbox()
-        self._tmp = tempfile.TemporaryDirectory(prefix="tepa-executable-", dir=self.sandbox_dir)
+        remove_stale_sandboxes(self.sandbox_dir)
+        owner = f"{SANDBOX_PREFIX}{os.getpid()}-"
+        self._tmp = tempfile.TemporaryDirectory(prefix=owner, dir=self.sandbox_dir)
         root = Path(self._tmp.name)
         (root / "main").mkdir()
         (root / "trial").mkdir()
@@ -265,18 +272,22 @@ class ExecutableDrift:
         return (True, message) if problem is None else (False, problem)
 
     def _stream(self, rng: random.Random) -> Iterator[Task]:
+        correct: dict[tuple[int, str], str] = {}  # each job's right invocation per version, rendered once
         for t in range(len(PHASES) * self.phase_length):
             key = rng.randrange(self.n_keys)
             job, regime = self._jobs[key], self._regime_at(t)
             version = regime[job.tool.name]
             self._now = t
+            right = correct.get((key, version))
+            if right is None:
+                right = correct[(key, version)] = job.tool.invocation(job.subject, version)
             yield Task(
                 key=key,
                 text=job.text,
                 phase=PHASES[t // self.phase_length],
                 t=t,
                 options=tuple(rng.sample(job.options, len(job.options))),
-                correct=job.tool.invocation(job.subject, version),
+                correct=right,
                 meta={"tool": job.tool.name, "version": version},
             )
 
@@ -327,6 +338,32 @@ class ExecutableDrift:
     def _require_reset(self) -> None:
         if self._seed is None:
             raise RuntimeError(f"{self.name}: call reset(seed) before using the environment")
+
+
+def remove_stale_sandboxes(parent: str | None) -> list[Path]:
+    """Remove the sandboxes in `parent` (None: the temp dir) whose owning process is gone, and return them.
+
+    A sandbox is named `tepa-executable-<owner pid>-<random>`. Its owner removes it on close, at exit
+    and when a run is stopped by SIGINT or SIGTERM; a process killed outright (SIGKILL, a crash) cannot,
+    so the next environment created in the same place does. A pid that is alive (or that belongs to
+    another user) keeps its sandbox."""
+    removed = []
+    for path in Path(parent or tempfile.gettempdir()).glob(f"{SANDBOX_PREFIX}*"):
+        pid = path.name.removeprefix(SANDBOX_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)) and path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _ram_disk() -> str | None:

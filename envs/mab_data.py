@@ -6,13 +6,18 @@ The data is never part of the project. Where it comes from, in order:
 2. the environment variable `TEPA_DATA_DIR`;
    either folder holds `memoryagentbench/Conflict_Resolution.json` and
    `mquake/{cloze,question}_templates.json`;
-3. otherwise, online: the Hugging Face `datasets` library (`pip install 'tepa-harness[datasets]'`) downloads
-   `ai-hyz/MemoryAgentBench`, split `Conflict_Resolution`, and the two MQuAKE template files (about 2 kB
-   each; they are not on the Hugging Face Hub) are fetched over HTTPS from `princeton-nlp/MQuAKE` at a
-   pinned commit, checked against their sha256 and kept in the user's cache folder.
+3. otherwise, online: the split `Conflict_Resolution` of `ai-hyz/MemoryAgentBench` is downloaded from
+   the Hugging Face Hub as one parquet file (`envs.mab_download`, no extra library), and the two MQuAKE
+   template files (about 2 kB each; they are not on the Hugging Face Hub) are fetched over HTTPS from
+   `princeton-nlp/MQuAKE` at a pinned commit, checked against their sha256; both are kept in the user's
+   cache folder.
 
-Without any of these the loader raises `DataNotFoundError`, whose message names both ways. Parsed files
-are cached per process: several runs in one process read the 2.7 MB JSON once.
+Without any of these the loader raises `DataNotFoundError`, whose message names both ways. What is read
+is checked (UTF-8, JSON, a non-empty context, questions and answers as lists of equal length, non-empty
+templates): a problem is a `DataError`, one line naming the file and what is wrong. Each record carries
+the sha256 of its row and the templates the sha256 of their files, which the environment reports as its
+`provenance`, part of a stream's identity: changed data makes a new stream, never a trusted old one.
+Parsed files are cached per process: several runs in one process read the 2.7 MB JSON once.
 """
 
 from __future__ import annotations
@@ -24,12 +29,13 @@ import os
 import sys
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envs.mab_download import HF_DATASET, DownloadError, fetch_split_rows
+
 DATA_DIR_ENV = "TEPA_DATA_DIR"
-HF_DATASET = "ai-hyz/MemoryAgentBench"
 HF_SPLIT = "Conflict_Resolution"
 CONFLICT_FILE = Path("memoryagentbench") / "Conflict_Resolution.json"
 TEMPLATE_DIR = Path("mquake")
@@ -46,13 +52,18 @@ TEMPLATE_SHA256 = {
 _HOW_TO_GET_DATA = (
     f"Either set {DATA_DIR_ENV} (or the config key `env.data_dir`) to a folder containing "
     f"{CONFLICT_FILE.as_posix()} and {TEMPLATE_DIR.as_posix()}/{{cloze,question}}_templates.json, "
-    f"or run `pip install 'tepa-harness[datasets]'` on a machine that is online so that "
-    f"{HF_DATASET} (split {HF_SPLIT}) and the MQuAKE templates can be downloaded."
+    f"or run on a machine that is online so that {HF_DATASET} (split {HF_SPLIT}, from the Hugging Face "
+    f"Hub or the mirror in HF_ENDPOINT) and the MQuAKE templates can be downloaded."
 )
 
 
-class DataNotFoundError(FileNotFoundError):
-    """The benchmark data is neither at a configured path nor downloadable."""
+class DataNotFoundError(FileNotFoundError, ValueError):
+    """The benchmark data is neither at a configured path nor downloadable. (A ValueError too, so that
+    the runner reports it as one line naming `env`, like any bad value.)"""
+
+
+class DataError(ValueError):
+    """A data file that cannot be used as it is: one line naming the file and what is wrong."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +75,14 @@ class FactConsolidationRecord:
     questions: tuple[str, ...]
     answers: tuple[tuple[str, ...], ...]
     qa_pair_ids: tuple[str, ...]
+    sha256: str = ""  # of the row as read (canonical JSON): part of a stream's identity
+
+
+def row_sha256(row: Any) -> str:
+    """The sha256 of a row's canonical JSON (sorted keys, no spaces): the same for the local file and
+    the Hub's copy of the same row."""
+    text = json.dumps(row, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +91,7 @@ class MQuAKETemplates:
 
     cloze: dict[str, str]
     question: dict[str, str]
+    sha256: dict[str, str] = field(default_factory=dict, compare=False)  # file name -> sha256 of its bytes
 
 
 def load_conflict_resolution(
@@ -110,53 +130,92 @@ def local_data_dir(data_dir: str | os.PathLike | None = None) -> Path | None:
     return folder.resolve()
 
 
-def _record(row: dict[str, Any]) -> FactConsolidationRecord:
-    meta = row["metadata"]
+def _record(row: Any, where: str) -> FactConsolidationRecord:
+    """A checked row: a non-empty context, questions and answers as lists of equal length (each answer
+    a list of strings), a source name; `where` names the row in error messages."""
+    meta = row.get("metadata") if isinstance(row, dict) else None
+    if not isinstance(meta, dict) or not isinstance(meta.get("source"), str) or not meta["source"]:
+        raise DataError(f"{where}: no metadata.source (the row's source name)")
+    where = f"{where} ({meta['source']})"
+    context, questions, answers = row.get("context"), row.get("questions"), row.get("answers")
+    if not isinstance(context, str) or not context.strip():
+        raise DataError(f"{where}: context is empty or not text")
+    if not isinstance(questions, list) or not all(isinstance(q, str) and q for q in questions):
+        raise DataError(f"{where}: questions must be a list of non-empty strings")
+    if not isinstance(answers, list) or not all(
+        isinstance(a, list) and all(isinstance(g, str) for g in a) for a in answers
+    ):
+        raise DataError(f"{where}: answers must be a list of lists of strings")
+    if len(questions) != len(answers):
+        raise DataError(f"{where}: {len(questions)} questions but {len(answers)} answers")
     return FactConsolidationRecord(
         source=meta["source"],
-        context=row["context"],
-        questions=tuple(row["questions"]),
-        answers=tuple(tuple(golds) for golds in row["answers"]),
+        context=context,
+        questions=tuple(questions),
+        answers=tuple(tuple(golds) for golds in answers),
         qa_pair_ids=tuple(meta.get("qa_pair_ids") or ()),
+        sha256=row_sha256(row),
     )
+
+
+def _read_json(path: Path, data: bytes) -> Any:
+    """`data` (the bytes of `path`) as JSON, or a DataError naming the file and the problem."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise DataError(f"{path}: not valid JSON ({e})") from None
 
 
 @functools.cache
 def _read_local_rows(path: str) -> dict[str, FactConsolidationRecord]:
-    with open(path, encoding="utf-8") as f:
-        return {r.source: r for r in map(_record, json.load(f))}
+    rows = _read_json(Path(path), Path(path).read_bytes())
+    if not isinstance(rows, list) or not rows:
+        raise DataError(f"{path}: expected a non-empty JSON list of rows")
+    return {r.source: r for r in (_record(row, f"{path}: row {i}") for i, row in enumerate(rows))}
 
 
 @functools.cache
 def _read_local_templates(folder: str) -> MQuAKETemplates:
-    texts = {}
+    payloads = {}
     for name in TEMPLATE_SHA256:
         path = Path(folder) / name
         if not path.is_file():
             raise DataNotFoundError(f"{str(path)!r} is missing. {_HOW_TO_GET_DATA}")
-        texts[name] = path.read_text(encoding="utf-8")
-    return _templates(texts)
+        payloads[name] = path.read_bytes()
+    return _templates(payloads, Path(folder))
 
 
-def _templates(texts: dict[str, str]) -> MQuAKETemplates:
+def _templates(payloads: dict[str, bytes], folder: Path | str) -> MQuAKETemplates:
+    """Checked templates: each file a non-empty JSON object of relation id -> non-empty pattern."""
+    parsed = {}
+    for name, data in payloads.items():
+        path = Path(folder) / name
+        table = _read_json(path, data)
+        if not isinstance(table, dict) or not table:
+            raise DataError(f"{path}: expected a non-empty JSON object of relation id -> template")
+        bad = next((k for k, v in table.items() if not isinstance(v, str) or not v.strip()), None)
+        if bad is not None:
+            raise DataError(f"{path}: the template of {bad!r} is not a non-empty string")
+        parsed[name] = table
     return MQuAKETemplates(
-        cloze=json.loads(texts["cloze_templates.json"]), question=json.loads(texts["question_templates.json"])
+        cloze=parsed["cloze_templates.json"],
+        question=parsed["question_templates.json"],
+        sha256={name: hashlib.sha256(data).hexdigest() for name, data in payloads.items()},
     )
 
 
 @functools.cache
 def _download_rows() -> dict[str, FactConsolidationRecord]:
     try:
-        import datasets
-    except ImportError as e:
-        raise DataNotFoundError(
-            f"No local data and the `datasets` library is not installed. {_HOW_TO_GET_DATA}"
-        ) from e
-    try:
-        split = datasets.load_dataset(HF_DATASET, split=HF_SPLIT)
-    except Exception as e:  # offline, hub outage, auth: all mean "no data here"
-        raise DataNotFoundError(f"Could not download {HF_DATASET} ({e}). {_HOW_TO_GET_DATA}") from e
-    return {r.source: r for r in map(_record, split) if r.source.startswith("factconsolidation_")}
+        split = fetch_split_rows()
+    except DownloadError as e:  # offline, hub outage, a damaged copy: all mean "no data here"
+        raise DataNotFoundError(f"No local data and {e}. {_HOW_TO_GET_DATA}") from None
+    records = (_record(dict(row), f"{HF_DATASET} ({HF_SPLIT}) row {i}") for i, row in enumerate(split))
+    return {r.source: r for r in records if r.source.startswith("factconsolidation_")}
 
 
 def _cache_dir() -> Path:
@@ -167,11 +226,11 @@ def _cache_dir() -> Path:
 @functools.cache
 def _download_templates() -> MQuAKETemplates:
     folder = _cache_dir()
-    texts = {}
+    payloads = {}
     for name, sha256 in TEMPLATE_SHA256.items():
         path = folder / name
         if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == sha256:
-            texts[name] = path.read_text(encoding="utf-8")
+            payloads[name] = path.read_bytes()
             continue
         try:
             with urllib.request.urlopen(MQUAKE_URL + name, timeout=30) as response:
@@ -186,8 +245,8 @@ def _download_templates() -> MQuAKETemplates:
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_bytes(payload)
         tmp.replace(path)
-        texts[name] = payload.decode("utf-8")
-    return _templates(texts)
+        payloads[name] = payload
+    return _templates(payloads, folder)
 
 
 def main() -> int:

@@ -128,7 +128,10 @@ class MemoryAgentBench:
             raise ValueError(f"chunk_size: must be a positive number of tokens, got {chunk_size!r}")
         folder = _folder(data_dir)
         parsed = _parsed(source, folder)
-        self._question_templates = load_mquake_templates(data_dir).question
+        templates = load_mquake_templates(data_dir)
+        self._question_templates = templates.question
+        #: The fingerprint of the data this stream reads (the runner makes it part of its identity).
+        self.provenance = {"source_row_sha256": parsed.record.sha256, "templates_sha256": templates.sha256}
         self.source = source
         self.chunk_size = chunk_size
         self.coverage = parsed.coverage

@@ -5,6 +5,10 @@ child (`python -m envs.tool_worker`) that imports the tools once and serves call
 length-prefixed pickles, one request and one reply per call. The parent waits for a reply at most the
 call's time limit; a call that overruns (or a child that dies) is stopped by killing that child, and a
 fresh one is started for the next call. The child's stdout is the reply pipe, so tools never print.
+
+The child keeps no state between calls, so the environments of one process that are open at the same
+time (a run's seeds) share one child through `SharedToolWorker` handles: starting a Python child costs
+about as much CPU as a thousand calls. The last handle to close stops it.
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 ToolFn = Callable[[list[str], str, str], str]
 """A tool: (argv without the tool name, version, sandbox root) -> success message; raises on failure."""
@@ -114,6 +119,68 @@ class ToolWorker:
     def _receive(self, deadline: float) -> Any:
         assert self._proc is not None and self._proc.stdout is not None
         return pickle.loads(_read_message(self._proc.stdout.fileno(), deadline))
+
+
+class SharedToolWorker:
+    """A handle on the `ToolWorker` that every open handle with the same extra tools in this process
+    shares. Calls go through the worker's lock (a call is one request and one reply on one pipe).
+    `close` releases the handle and the last open handle stops the worker; like a `ToolWorker`, a closed
+    handle opens again on its next call."""
+
+    _open: ClassVar[dict[bytes, tuple[ToolWorker, threading.Lock, set[int]]]] = {}
+    _guard: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, extra_tools: Mapping[str, ToolFn] | None = None) -> None:
+        self._extra = dict(extra_tools or {})
+        self._tools = ToolWorker(self._extra)._init  # validates the tools (starts nothing); the share key
+        self._shared: tuple[ToolWorker, threading.Lock, set[int]] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The shared child's process id; None when this handle is closed or no child runs."""
+        return self._shared[0].pid if self._shared is not None else None
+
+    @property
+    def stopped_calls(self) -> int:
+        """Calls of the shared worker that overran or crashed (through any handle)."""
+        return self._shared[0].stopped_calls if self._shared is not None else 0
+
+    def call(
+        self, tool: str, argv: list[str], version: str, root: str, time_limit: float
+    ) -> tuple[bool, str]:
+        """`ToolWorker.call` on the shared worker."""
+        shared = self._shared
+        if shared is None:
+            shared = self._shared = self._acquire()
+        with shared[1]:
+            return shared[0].call(tool, argv, version, root, time_limit)
+
+    def close(self) -> None:
+        """Release this handle (idempotent); the last open handle stops the worker."""
+        shared, self._shared = self._shared, None
+        if shared is None:
+            return
+        worker, _, handles = shared
+        with self._guard:
+            handles.discard(id(self))
+            if handles:
+                return
+            del self._open[self._tools]
+        worker.close()
+
+    def __enter__(self) -> SharedToolWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _acquire(self) -> tuple[ToolWorker, threading.Lock, set[int]]:
+        with self._guard:
+            shared = self._open.get(self._tools)
+            if shared is None:
+                shared = self._open[self._tools] = (ToolWorker(self._extra), threading.Lock(), set())
+            shared[2].add(id(self))
+            return shared
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> int | None:

@@ -29,7 +29,7 @@ from runners.run import CONF_DIR, run_spec
 # with its stated-fact thresholds; conf/experiment/paper_memoryagentbench.yaml).
 PAPER_MEMORIES = (
     "no_memory", "append_only", "lww", "sliding_window", "reactive", "oracle_reset", "tepa_rev", "tepa_norev",
-    "tepa_full",
+    "tepa_full", "tepa_rev_literal",
 )  # fmt: skip
 MAB_MEMORIES = ("no_memory", "append_only", "lww", "tepa_norev", "tepa_rev_facts")
 

@@ -42,6 +42,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 from envs.base import Environment
 from runners.backend import Backend
 from runners.registry import protocol_members, require_class
+from tepa.lifecycle import check_rules
 from tepa.protocol import Memory
 
 # Keys of a component node that configure the harness, not the class: never passed to the constructor.
@@ -167,9 +168,11 @@ class ReactiveConfig(MemoryConfig):
 
 @dataclass
 class TEPARevConfig(MemoryConfig):
-    """The precedent lifecycle's thresholds. Posterior mean m = (a0 + s) /
-    (a0 + b0 + s + f); revoke when s + f >= n_min and m < theta_rev, or when the last m_rec of the
-    last W uses succeed less than theta_rec of the time; promote when m > theta_pro."""
+    """The precedent lifecycle's thresholds and rule switches. Posterior mean m = (a0 + s) /
+    (a0 + b0 + s + f); revoke when s + f >= n_min and m < theta_rev, or when at least m_rec of the
+    last W uses are in and succeed less than theta_rec of the time; promote when m > theta_pro. The
+    switches (counts, own_failure_new_epoch, revoked_counts_conflicts, clear_recent_on_revoke,
+    stale_feedback) are documented in tepa.lifecycle."""
 
     _target_: str = "tepa.tepa_rev.TEPARev"
     a0: float = 1.0
@@ -180,6 +183,11 @@ class TEPARevConfig(MemoryConfig):
     theta_rec: float = 0.5
     W: int = 5
     m_rec: int = 3
+    counts: str = "epoch"
+    own_failure_new_epoch: bool = True
+    revoked_counts_conflicts: bool = False
+    clear_recent_on_revoke: bool = True
+    stale_feedback: str = "same_epoch"
 
     def check(self) -> None:
         super().check()
@@ -188,6 +196,13 @@ class TEPARevConfig(MemoryConfig):
         _at_least("n_min", self.n_min, 1)
         for key in ("theta_rev", "theta_pro", "theta_rec"):
             _unit(key, getattr(self, key))
+        check_rules(
+            a0=self.a0,
+            b0=self.b0,
+            theta_pro=self.theta_pro,
+            counts=self.counts,
+            stale_feedback=self.stale_feedback,
+        )
         _at_least("W", self.W, 1)
         _at_least("m_rec", self.m_rec, 1)
         if self.m_rec > self.W:
@@ -218,6 +233,18 @@ class TEPAFullConfig(TEPARevConfig):
         _at_least("max_trial_rounds", self.max_trial_rounds, 1)
 
 
+@dataclass
+class TEPARevLiteralConfig(TEPARevConfig):
+    """TEPA-Rev with the rule text read literally: only the switches' defaults differ."""
+
+    _target_: str = "tepa.tepa_rev.TEPARevLiteral"
+    counts: str = "lifetime"
+    own_failure_new_epoch: bool = False
+    revoked_counts_conflicts: bool = True
+    clear_recent_on_revoke: bool = False
+    stale_feedback: str = "active_only"
+
+
 MEMORY_SCHEMAS: dict[str, type[MemoryConfig]] = {
     "no_memory": NoMemoryConfig,
     "append_only": AppendOnlyConfig,
@@ -228,6 +255,7 @@ MEMORY_SCHEMAS: dict[str, type[MemoryConfig]] = {
     "tepa_rev": TEPARevConfig,
     "tepa_norev": TEPANoRevConfig,
     "tepa_full": TEPAFullConfig,
+    "tepa_rev_literal": TEPARevLiteralConfig,
 }
 _SCHEMA_BY_TARGET = {schema._target_: schema for schema in MEMORY_SCHEMAS.values()}
 

@@ -8,15 +8,21 @@ While streams run, the garbage collector leaves alone what existed before (`_Qui
 
 A stream can be *replayed*: records logged by an interrupted run feed their replies back instead of
 calling the model, so the environment and memory are rebuilt exactly (and for free) before the loop
-carries on where it stopped.
+carries on where it stopped. `replay_problem` says which logged records can be replayed at all.
+
+A stream lets the event loop in every YIELD_EVERY_S seconds, so a cancelled run stops promptly even when
+the backend answers without ever waiting (the simulated one): without that, a stream ran to its end
+in one event-loop step and SIGINT was only seen after it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import gc
 import json
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,8 +38,46 @@ COUNTERS = ("promotions", "revocations", "repromotions", "trials", "trial_passes
 STREAM_GC_THRESHOLD = 20_000
 
 
+#: Seconds a stream runs before it lets the event loop in: other streams, and a cancellation (SIGINT,
+#: SIGTERM), get their turn at least this often, also with a backend that answers without waiting.
+YIELD_EVERY_S = 0.05
+#: The fields of a logged episode that replay reads, and their JSON types.
+_REPLAYED = {
+    "t": (int,), "action": (str,), "reply": (str,), "prompt_tokens": (int,), "completion_tokens": (int,),
+    "latency": (int, float), "cached": (bool,),
+}  # fmt: skip
+
+
 class ReplayMismatch(RuntimeError):
-    """A replayed episode did not reproduce the logged one: the stream is not deterministic."""
+    """A replayed episode did not reproduce the logged one (`index`: its position): the log was changed,
+    or the stream is not deterministic."""
+
+    def __init__(self, message: str, index: int) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+def replay_problem(rec: Mapping[str, Any]) -> str | None:
+    """Why a logged episode cannot be replayed (a field missing or of the wrong type), or None."""
+    for name, types in _REPLAYED.items():
+        value = rec.get(name)
+        if value is None:
+            return f"missing field {name!r}"
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            return f"field {name!r} is {type(value).__name__}, expected {types[0].__name__}"
+    if not isinstance(rec.get("error", ""), str):
+        return "field 'error' is not a string"
+    hops = rec.get("hop_replies", "")
+    if not isinstance(hops, str):
+        return "field 'hop_replies' is not a string"
+    if hops:
+        try:
+            texts = json.loads(hops)
+        except ValueError:
+            texts = None
+        if not isinstance(texts, list) or not texts or not all(isinstance(x, str) for x in texts):
+            return "field 'hop_replies' is not a JSON list of replies"
+    return None
 
 
 @dataclass
@@ -178,7 +222,20 @@ async def run_stream(
     drain = getattr(memory, "drain_events", None)
     result = StreamResult()
     pending: list[dict[str, Any]] = []  # events of ingest steps, logged with the next episode
+    logged: Iterator[Reply] | None = None  # the current episode's logged replies, when it is replayed
+
+    async def ask(t: Task, evidence: list[Evidence]) -> Reply:
+        if logged is not None:
+            return next(logged)
+        return await backend.complete(
+            Request(messages=render(t, evidence), seed=seed, labels=labels_for(t), options=t.options)
+        )
+
+    next_yield = time.monotonic() + YIELD_EVERY_S
     for task in env.tasks():
+        if time.monotonic() >= next_yield:  # see YIELD_EVERY_S
+            await asyncio.sleep(0)
+            next_yield = time.monotonic() + YIELD_EVERY_S
         if task.t in boundaries:
             memory.on_phase_boundary(boundaries[task.t], task.t)
         for obs in task.observe:
@@ -189,14 +246,6 @@ async def run_stream(
             continue
         i = len(result.records)
         logged = _logged_replies(replay[i]) if i < len(replay) else None
-
-        async def ask(t: Task, evidence: list[Evidence], logged: Iterator[Reply] | None = logged) -> Reply:
-            if logged is not None:
-                return next(logged)
-            return await backend.complete(
-                Request(messages=render(t, evidence), seed=seed, labels=labels_for(t), options=t.options)
-            )
-
         d = await _decide(task, memory, ask)
         outcome = env.execute(task, d.action)
         for obs in outcome.observations:
@@ -206,6 +255,7 @@ async def run_stream(
             memory.feedback(used, outcome.success, task.t)
         snap = memory.snapshot()
         last = d.replies[-1]
+        hops = d.replies if len(d.replies) > 1 else None  # totals over hops; one reply is its own total
         rec = {
             **labels,
             "seed": seed,
@@ -217,23 +267,25 @@ async def run_stream(
             "success": bool(outcome.success),
             "parse_ok": d.parse_ok,
             "reply": last.text,
-            "hop_replies": json.dumps([r.text for r in d.replies]) if len(d.replies) > 1 else "",
+            "hop_replies": json.dumps([r.text for r in hops]) if hops else "",
             "error": last.error or "",
             "n_evidence": len(d.evidence),
-            "prompt_tokens": sum(r.prompt_tokens for r in d.replies),
-            "completion_tokens": sum(r.completion_tokens for r in d.replies),
-            "cached": all(r.cached for r in d.replies),
-            "truncated": any(r.truncated for r in d.replies),
-            "latency": sum(r.latency for r in d.replies),
+            "prompt_tokens": sum(r.prompt_tokens for r in hops) if hops else last.prompt_tokens,
+            "completion_tokens": sum(r.completion_tokens for r in hops) if hops else last.completion_tokens,
+            "cached": all(r.cached for r in hops) if hops else bool(last.cached),
+            "truncated": any(r.truncated for r in hops) if hops else bool(last.truncated),
+            "latency": sum(r.latency for r in hops) if hops else last.latency,
             "hypothesis": int(snap.get("hypothesis", 0)),
             "active": int(snap.get("active", 0)),
             "revoked": int(snap.get("revoked", 0)),
-            **{c: int(snap.get(c, 0)) for c in COUNTERS},
         }
+        for counter in COUNTERS:
+            rec[counter] = int(snap.get(counter, 0))
         if i < len(replay) and (replay[i]["t"], replay[i]["action"]) != (rec["t"], rec["action"]):
             raise ReplayMismatch(
                 f"episode {i}: logged (t={replay[i]['t']}, action={replay[i]['action']!r}) but replay gave "
-                f"(t={rec['t']}, action={rec['action']!r})"
+                f"(t={rec['t']}, action={rec['action']!r})",
+                i,
             )
         events = pending + (drain() if drain else [])
         pending = []

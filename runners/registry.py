@@ -17,6 +17,7 @@ MEMORIES: dict[str, str] = {
     "tepa_rev": "tepa.tepa_rev:TEPARev",
     "tepa_full": "tepa.tepa_full:TEPAFull",
     "tepa_norev": "tepa.tepa_norev:TEPANoRev",
+    "tepa_rev_literal": "tepa.tepa_rev:TEPARevLiteral",
     "no_memory": "baselines.no_memory:NoMemory",
     "append_only": "baselines.append_only:AppendOnly",
     "lww": "baselines.lww:LastWriteWins",

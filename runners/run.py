@@ -2,22 +2,28 @@
 
 One run is one (experiment, env, memory, llm) config over one or more seeds (`seed=0` or
 `seeds=[0,1,2]`); its streams, one per seed, run concurrently under the backend's own concurrency limit
-and log to `results/runs/<experiment>/<env>/<memory>/seed=<n>/` (see `runners.runlog`). A complete
-stream is skipped, an interrupted one resumes. Sweeps are Hydra multiruns (`-m`), launched locally
+and log to `results/runs/<experiment>/<env>/<memory>/seed=<n>/`, with one more level for a configuration
+other than the experiment's own (`runners.identity`). Each stream is locked while it runs; a complete
+one is skipped once its files verify, an interrupted one resumes (`runners.runlog`); SIGINT and SIGTERM
+stop a run within a second or two, resumably. Sweeps are Hydra multiruns (`-m`), launched locally
 (`hydra/launcher=joblib`) or on SLURM (`hydra/launcher=submitit_slurm`). The config is checked before
 any episode runs: a bad value stops the run with one line that names the key.
 """
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import functools
 import logging
+import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
@@ -27,15 +33,17 @@ from typing import Any
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import CompactHydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig
 from tqdm import tqdm
 
 from runners.backend import BackendExhausted
 from runners.config import ConfigError, RunSpec, validate
-from runners.loop import run_stream
+from runners.identity import Variant, stream_identity, variant_of
+from runners.loop import ReplayMismatch, replay_problem, run_stream
 from runners.plan import plan
 from runners.preflight import check_command_line
-from runners.runlog import StaleRunError, StreamLog, fingerprint, stream_dir
+from runners.runlog import PARTIAL_EPISODES, StreamLog, differences, partial_summary, stream_dir
 
 log = logging.getLogger(__name__)
 # conf/hydra/launcher/{joblib,submitit_slurm}.yaml set this project's launcher defaults under the
@@ -44,14 +52,21 @@ warnings.filterwarnings("ignore", message=r"(?s).*validated against ConfigStore 
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = PROJECT_ROOT / "conf"  # absolute, so that it resolves the same from `-m`, the script and workers
-# Backend settings that change how calls are made, not what the model answers: a rerun that changes
-# only these continues (or skips) the same streams.
-OPERATIONAL = frozenset({
-    "api_key_env", "cache_path", "max_concurrency", "timeout", "max_retries", "max_failed_calls",
-    "backoff_base", "backoff_max", "retry_after_max", "max_retry_wait", "max_total_tokens", "price_in",
-    "price_out",
-})  # fmt: skip
+#: Seconds after SIGINT / SIGTERM before a run that has not stopped yet is interrupted outright.
+STOP_GRACE_S = 1.0
 VERSIONED = ("tepa-harness", "hydra-core", "omegaconf", "numpy", "pandas", "pyarrow", "openai", "tqdm")
+
+
+class RunInterrupted(CompactHydraException):
+    """SIGINT or SIGTERM (`signum`) stopped the run; its logged episodes are kept and a rerun resumes
+    them. One line, exit status 128 + signum (see `main`)."""
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.signum = signum
+
+    def __reduce__(self) -> tuple[type, tuple[str, int]]:  # a launcher's worker sends it to its parent
+        return type(self), (str(self), self.signum)
 
 
 class RunStopped(CompactHydraException):
@@ -89,42 +104,80 @@ class RunSummary:
 
 
 def execute(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSummary:
-    """Validate a composed config and run it (`choices`: the selected group options, for labels); with
-    `plan=true`, print its plan instead (`runners.plan`) and run nothing."""
+    """Validate a composed config and run it (`choices`: the selected group options, for labels and
+    the stream directories). SIGINT and SIGTERM stop it with `RunInterrupted`. With `plan=true`, print
+    its plan instead (`runners.plan`) and run nothing."""
     spec = validate(cfg, choices)
     if spec.plan:
         print(plan(spec).describe(f"{spec.name} {spec.env.label} {spec.memory.label}"), flush=True)
         return RunSummary(())
-    return asyncio.run(run_spec(spec))
+    variant = variant_of(cfg, choices, str(CONF_DIR))
+    return run_interruptible(run_spec(spec, variant))
 
 
-async def run_spec(spec: RunSpec) -> RunSummary:
-    """Run every seed of `spec` that is not complete yet, concurrently."""
+def run_interruptible(main: Coroutine[Any, Any, RunSummary]) -> RunSummary:
+    """`asyncio.run(main)`, stopped by SIGINT or SIGTERM within a second or two.
+
+    The first signal cancels the run: each stream stops at its next episode (the loop yields to the
+    event loop every few milliseconds, see `runners.loop`), its partial log is flushed and closed,
+    environments close (executable_drift removes its sandbox) and `RunInterrupted` says to rerun. A
+    second signal, or a run still busy `STOP_GRACE_S` after the first, raises KeyboardInterrupt at once.
+    Outside the main thread (some launchers' workers) signals are left to Python's defaults."""
+    received: list[int] = []
+    tasks: list[asyncio.Task] = []
+    watchdogs: list[threading.Timer] = []
+
+    async def guarded() -> RunSummary:
+        tasks.append(asyncio.current_task())  # type: ignore[arg-type]
+        return await main
+
+    def stop(signum: int, frame: Any) -> None:
+        received.append(signum)
+        if len(received) > 1 or not tasks:
+            raise KeyboardInterrupt
+        tasks[0].cancel()
+        watchdogs.append(threading.Timer(STOP_GRACE_S, _thread.interrupt_main, args=(signum,)))
+        watchdogs[0].daemon = True
+        watchdogs[0].start()
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return asyncio.run(guarded())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        if not received:
+            raise
+        name = signal.Signals(received[0]).name
+        raise RunInterrupted(
+            f"stopped by {name}: the episodes run so far are logged; rerun the same command to resume",
+            received[0],
+        ) from None
+    finally:
+        for watchdog in watchdogs:
+            watchdog.cancel()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+async def run_spec(spec: RunSpec, variant: Variant | None = None) -> RunSummary:
+    """Run every seed of `spec` that is not complete yet, concurrently (`variant`: how the config
+    differs from its experiment's own, which names the stream directories; None: the plain ones)."""
     # Build everything before the first episode (and before looking at old runs), so that a bad value
     # stops the run with its message whatever is on disk.
-    parts: dict[int, tuple[Any, Any]] = {}
+    parts: dict[int, list[Any]] = {}
     backend = None
+    results: list[Any] = []
     try:
         for seed in spec.seeds:
-            parts[seed] = (spec.env.build(), spec.memory.build())
+            parts[seed] = [spec.env.build(), spec.memory.build()]
         backend = spec.llm.build()
-        logs = {seed: _stream_log(spec, seed) for seed in spec.seeds}
-        try:
-            done = {seed for seed, slog in logs.items() if slog.is_complete()}
-        except StaleRunError as exc:
-            raise ConfigError(str(exc)) from None
-        for seed in done:
-            logs[seed].discard_partial()
-        outcomes = {seed: StreamOutcome(logs[seed].dir, seed, skipped=True) for seed in done}
-        pending = [seed for seed in spec.seeds if seed not in done]
-        total = _total([parts[seed][0] for seed in pending])
         enabled = spec.progress if spec.progress is not None else sys.stderr.isatty()
         desc = f"{spec.name} {spec.env.label} {spec.memory.label}"
-        with tqdm(
-            total=total, desc=desc, unit="ep", disable=not enabled or not pending, dynamic_ncols=True
-        ) as bar:
+        total = _total([env for env, _ in parts.values()])
+        with tqdm(total=total, desc=desc, unit="ep", disable=not enabled, dynamic_ncols=True) as bar:
             results = await asyncio.gather(
-                *(_run_one(spec, seed, *parts[seed], backend, logs[seed], bar) for seed in pending),
+                *(_stream(spec, seed, parts[seed], backend, variant, bar) for seed in spec.seeds),
                 return_exceptions=True,
             )
     finally:
@@ -143,15 +196,90 @@ async def run_spec(spec: RunSpec) -> RunSummary:
         raise RunStopped(f"stopped: {failures[0]}; rerun the same command to resume") from None
     if failures:
         raise failures[0]
-    outcomes.update(zip(pending, results, strict=True))
-    return RunSummary(tuple(outcomes[seed] for seed in spec.seeds))
+    return RunSummary(tuple(results))
+
+
+async def _stream(
+    spec: RunSpec, seed: int, part: list[Any], backend: Any, variant: Variant | None, bar: tqdm
+) -> StreamOutcome:
+    """One stream under its lock: skipped when complete and verified, else resumed or run."""
+    env = part[0]
+    identity = stream_identity(spec, seed, variant, getattr(env, "provenance", None))
+    name = variant.name if variant is not None else ""
+    directory = stream_dir(spec.results_dir, spec.name, spec.env.label, spec.memory.label, seed, name)
+    slog = StreamLog(directory, identity)
+    await slog.acquire()
+    try:
+        if slog.is_complete():
+            slog.discard_partial()
+            _skip_in(bar, env)
+            return StreamOutcome(slog.dir, seed, skipped=True)
+        _note_other_partial_logs(slog, directory.parent.parent if name else directory.parent)
+        replay = _until_failed_call(slog.replay(replay_problem))
+        while True:
+            try:
+                return await _run_one(spec, seed, *part, backend, slog, replay, variant, bar)
+            except ReplayMismatch as exc:
+                what = f"{exc}; replaying the {exc.index} episode(s) before it, asking the rest"
+                slog.set_aside_partial("damaged", what)
+                replay = replay[: exc.index]
+                _rebuild(spec, part)
+    finally:
+        slog.release()
+
+
+def _note_other_partial_logs(slog: StreamLog, labelled: Path) -> None:
+    """One line for each partly done run of another configuration with the same labels and seed (under
+    `labelled`, the memory label's directory) that nothing is writing now: it is kept where it is, and
+    rerunning its configuration finishes it. Only when this stream starts afresh."""
+    if (slog.dir / PARTIAL_EPISODES).exists():
+        return
+    seed = slog.dir.name
+    for path in [labelled / seed / PARTIAL_EPISODES, *sorted(labelled.glob(f"*/{seed}/{PARTIAL_EPISODES}"))]:
+        if path.parent == slog.dir or not path.is_file():
+            continue
+        other = StreamLog(path.parent, {})
+        if other.try_acquire() is not None:  # being written: a concurrent job of the same sweep
+            continue
+        other.release()
+        identity, n = partial_summary(path)
+        log.warning(
+            "%s: a partly done run of another configuration (%d episode(s); differs in: %s) is kept "
+            "there; rerun that configuration to finish it",
+            path, n, ", ".join(differences(identity, slog.identity)),
+        )  # fmt: skip
+
+
+def _rebuild(spec: RunSpec, part: list[Any]) -> None:
+    """A fresh environment and memory for a stream that has to start over."""
+    close = getattr(part[0], "close", None)
+    if close is not None:
+        close()
+    part[:] = [spec.env.build(), spec.memory.build()]
+
+
+def _skip_in(bar: tqdm, env: Any) -> None:
+    """Take a skipped stream's episodes out of the progress bar's total."""
+    if bar.total is not None:
+        try:
+            bar.total -= len(env)
+        except TypeError:
+            return
+        bar.refresh()
 
 
 async def _run_one(
-    spec: RunSpec, seed: int, env: Any, memory: Any, backend: Any, slog: StreamLog, bar: tqdm
+    spec: RunSpec,
+    seed: int,
+    env: Any,
+    memory: Any,
+    backend: Any,
+    slog: StreamLog,
+    replay: list[dict[str, Any]],
+    variant: Variant | None,
+    bar: tqdm,
 ) -> StreamOutcome:
     started, clock = datetime.now(UTC), time.perf_counter()
-    replay = _until_failed_call(slog.replay())
     slog.open(replay)
     labels = {"experiment": spec.name, "env": spec.env.label, "memory": spec.memory.label}
     try:
@@ -170,6 +298,8 @@ async def _run_one(
     meta = {
         **labels,
         "seed": seed,
+        "variant": variant.name if variant is not None else "",
+        "overrides": variant.overrides if variant is not None else {},
         "replayed": len(replay),
         "started_at": started.isoformat(timespec="seconds"),
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -192,21 +322,6 @@ def _until_failed_call(replay: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if rec.get("error"):
             return replay[:i]
     return replay
-
-
-def _stream_log(spec: RunSpec, seed: int) -> StreamLog:
-    """A stream's log, keyed by the fingerprint of what determines its episodes."""
-    identity = {
-        "env": {"_target_": spec.env.target, **spec.env.params},
-        "memory": {"_target_": spec.memory.target, **spec.memory.params},
-        "llm": {
-            "_target_": spec.llm.target,
-            **{k: v for k, v in spec.llm.params.items() if k not in OPERATIONAL},
-        },
-        "seed": seed,
-    }
-    directory = stream_dir(spec.results_dir, spec.name, spec.env.label, spec.memory.label, seed)
-    return StreamLog(directory, fingerprint(identity))
 
 
 def _total(envs: list[Any]) -> int | None:
@@ -255,19 +370,43 @@ def main(cfg: DictConfig) -> None:
     # The openai client's HTTP layer logs every request at INFO: one line per model call drowns the run log.
     for name in ("httpx", "httpx2"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    summary = execute(cfg, HydraConfig.get().runtime.choices)
+    hydra_cfg = HydraConfig.get()
+    try:
+        summary = execute(cfg, hydra_cfg.runtime.choices)
+    except RunInterrupted as exc:
+        if hydra_cfg.mode == RunMode.RUN:
+            _exit_now(exc)
+        raise
     if summary.streams:  # a plan ran nothing
         log.info(summary.describe())
 
 
+def _exit_now(exc: RunInterrupted) -> None:
+    """Leave a single run at once with the signal's exit status (130 for SIGINT, 143 for SIGTERM) and
+    one line: everything is logged and closed by now, and tearing down the interpreter's modules (pandas,
+    pyarrow, Hydra) could take seconds on a busy machine. A multirun's jobs raise instead, so that the
+    launcher ends them its own way."""
+    print(exc, file=sys.stderr)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(128 + exc.signum)
+
+
 def cli() -> None:
     """`python -m runners.run` / `tepa-run`: the checks Hydra's own output must not precede
-    (`runners.preflight`: secrets, unwritable folders, broken YAML), then the Hydra entry point."""
+    (`runners.preflight`: secrets, unwritable folders, broken YAML), then the Hydra entry point. A
+    SIGINT before the run installs its handlers, or while a multirun's launcher waits for its jobs, ends
+    it with one line too."""
     try:
         check_command_line(sys.argv[1:], CONF_DIR)
     except ConfigError as exc:
         sys.exit(f"error: {exc}")
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("stopped by SIGINT: the episodes run so far are logged; rerun the same command to resume")
+        sys.exit(128 + signal.SIGINT)
 
 
 if __name__ == "__main__":

@@ -4,48 +4,72 @@ A stream directory `results/runs/<experiment>/<env>/<memory>/seed=<n>/` holds, o
 - `episodes.parquet`: one row per decision episode. Deterministic: the same config and seed give a
   byte-identical file (no wall-clock columns; latency is the backend's, 0 for the simulated one);
 - `archive.jsonl`: the lifecycle events (promotions, revocations, re-promotions, trials);
-- `meta.json`: the resolved config, versions, git commit, wall time, backend stats, `complete: true`.
-  It is written last, so its presence marks a complete stream.
+- `meta.json`: the stream's identity (the whole configuration that decides its episodes, and the
+  fingerprint of its input data) and its hash, the resolved config, versions, git commit, wall time,
+  backend stats, the sha256 and row count of both files above, and `complete: true`. It is written last,
+  so its presence marks a complete stream; a rerun trusts it only after `analysis.integrity.verify`.
 
 While a stream runs, each episode is appended (and flushed) to `episodes.partial.jsonl`, whose first
-line is the stream's config fingerprint. Lifecycle events are not logged as they happen: a resumed
-stream rebuilds them exactly by replay, and writing them twice doubled the cost of fact-heavy streams.
-A killed stream resumes by replaying the partial records (see `runners.loop.run_stream`), so its final
-files equal those of an uninterrupted run.
+line is the stream's identity. Lifecycle events are not logged as they happen: a resumed stream
+rebuilds them exactly by replay, and writing them twice doubled the cost of fact-heavy streams.
+A killed stream resumes by replaying the valid prefix of its partial log (see `runners.loop.run_stream`),
+so its final files equal those of an uninterrupted run.
+
+Nothing is ever deleted that holds results: a complete stream that fails verification, or that belongs
+to another identity, and a partial log that is damaged or of another identity, are moved aside
+(`<name>.<reason>-<UTC time>`, see `analysis.integrity`) with one logged line. One process writes a
+stream at a time: `StreamLog.acquire` takes an OS lock (`fcntl.flock`) on `.seed=<n>.lock` beside the
+directory, which the OS releases when its process dies.
 Every final file is written atomically (a temporary file, then `os.replace`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
 import hashlib
 import json
+import logging
 import os
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-EPISODES = "episodes.parquet"
-ARCHIVE = "archive.jsonl"
-META = "meta.json"
+from analysis.integrity import ARCHIVE, EPISODES, META, file_record, move_aside, read_meta, verify
+
+log = logging.getLogger(__name__)
+
 PARTIAL_EPISODES = "episodes.partial.jsonl"
+#: A partial-log line longer than this is damage, not an episode (a reply is a few kB at most).
+MAX_LINE_BYTES = 1 << 20
+#: How often a process waiting for another's lock looks again (seconds).
+LOCK_POLL_S = 0.2
 
 
-class StaleRunError(RuntimeError):
-    """A complete stream on disk was made with a different config than the one asked for."""
-
-
-def stream_dir(results_dir: str | os.PathLike, experiment: str, env: str, memory: str, seed: int) -> Path:
-    """Where one stream's logs live."""
-    return Path(results_dir) / "runs" / experiment / env / memory / f"seed={seed}"
+def stream_dir(
+    results_dir: str | os.PathLike, experiment: str, env: str, memory: str, seed: int, variant: str = ""
+) -> Path:
+    """Where one stream's logs live; `variant` (a configuration that differs from the experiment's own,
+    see `runners.identity`) adds one directory level above `seed=<n>`."""
+    labelled = Path(results_dir) / "runs" / experiment / env / memory
+    return (labelled / variant if variant else labelled) / f"seed={seed}"
 
 
 def fingerprint(config: Mapping[str, Any]) -> str:
     """A short, stable hash of what determines a stream's episodes."""
     return hashlib.sha256(_dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """The dotted keys whose values differ between two identities, for messages."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        keys = sorted(set(old) | set(new), key=str)
+        return [d for k in keys for d in differences(old.get(k), new.get(k), f"{prefix}{k}.")]
+    return [] if old == new else [prefix.rstrip(".") or "(everything)"]
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -85,62 +109,149 @@ def jsonl_bytes(rows: Iterable[Mapping[str, Any]]) -> bytes:
 
 
 class StreamLog:
-    """The files of one stream directory: completeness, the partial log, the final write."""
+    """The files of one stream directory: its lock, completeness, the partial log, the final write.
 
-    def __init__(self, directory: Path, config_fingerprint: str) -> None:
+    `identity` is everything that decides the stream's episodes (see `runners.identity`); its
+    `fingerprint` is recorded in meta.json and in the partial log's first line.
+    """
+
+    def __init__(self, directory: Path, identity: Mapping[str, Any]) -> None:
         self.dir = directory
-        self.fingerprint = config_fingerprint
+        self.identity = json.loads(_dumps(identity))
+        self.fingerprint = fingerprint(self.identity)
         self._episodes: IO[str] | None = None
+        self._lock: IO[str] | None = None
 
+    # ----- one writer per stream
+    @property
+    def lock_path(self) -> Path:
+        """`.seed=<n>.lock` beside the directory (not inside it: the directory may be moved aside)."""
+        return self.dir.with_name(f".{self.dir.name}.lock")
+
+    def try_acquire(self) -> int | None:
+        """Take the stream's lock without waiting: None when taken, else the holder's pid (0: unknown).
+
+        An flock belongs to an open file description, so the OS releases it when its process ends,
+        however it ends: a lock is never left behind by a dead writer."""
+        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(self.lock_path, "a+", encoding="utf-8")  # noqa: SIM115 (held until release())
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip()
+            f.close()
+            return int(holder) if holder.isdigit() else 0
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        self._lock = f
+        return None
+
+    async def acquire(self) -> None:
+        """Take the stream's lock, waiting (with one logged line) while another process writes it."""
+        holder = self.try_acquire()
+        if holder is None:
+            return
+        log.warning("%s: being written by process %s; waiting for it to finish", self.dir, holder or "?")
+        while self.try_acquire() is not None:
+            await asyncio.sleep(LOCK_POLL_S)
+
+    def release(self) -> None:
+        if self._lock is not None:
+            self._lock.close()  # closing the file releases the flock
+        self._lock = None
+
+    # ----- completeness
     def is_complete(self) -> bool:
-        """True when every final file is there and meta.json says complete (for this config).
+        """True when meta.json marks this identity's stream complete and both files verify.
 
-        Raises StaleRunError when the complete stream was made with a different config: rerunning
-        would silently mix results, so the caller must choose another name or remove the directory.
-        """
-        meta = _read_json(self.dir / META)
-        if not meta or meta.get("complete") is not True:
+        A complete stream of another identity (its configuration or data changed while its labels did
+        not) and one that fails verification are moved aside with one logged line, so that this one
+        is run afresh: results are never trusted unverified, overwritten or deleted."""
+        meta = read_meta(self.dir)
+        if meta is None and (self.dir / META).exists():
+            moved = move_aside(self.dir, "corrupt")
+            log.warning(
+                "%s: not a JSON object; moved the stream to %s and running it again",
+                self.dir / META,
+                moved.name,
+            )
             return False
-        if not (self.dir / EPISODES).is_file() or not (self.dir / ARCHIVE).is_file():
-            return False
-        if pq.read_metadata(self.dir / EPISODES).num_rows != meta.get("n_episodes"):
+        if meta is None or meta.get("complete") is not True:
             return False
         if meta.get("fingerprint") != self.fingerprint:
-            raise StaleRunError(
-                f"{self.dir} holds a complete run of a different config; set another `name=...` "
-                "(or results_dir) for this one, or delete that directory to redo it"
-            )
+            changed = ", ".join(differences(meta.get("identity"), self.identity)) or "its fingerprint"
+            moved = move_aside(self.dir, "other-config")
+            log.warning(
+                "%s: holds a complete run of another configuration (differs in: %s); moved it to %s "
+                "and running this one", self.dir, changed, moved.name,
+            )  # fmt: skip
+            return False
+        problem = verify(self.dir, meta)
+        if problem is not None:
+            moved = move_aside(self.dir, "corrupt")
+            log.warning("%s; moved the stream to %s and running it again", problem, moved.name)
+            return False
         return True
 
     def discard_partial(self) -> None:
         (self.dir / PARTIAL_EPISODES).unlink(missing_ok=True)
 
-    def replay(self) -> list[dict[str, Any]]:
-        """The records an interrupted run of this config logged (the readable prefix of the partial
-        log); empty, and the partial files removed, when there are none or they are another config's."""
+    # ----- resume
+    def replay(self, problem: Callable[[Mapping[str, Any]], str | None] = lambda _: None) -> list[dict]:
+        """The records an interrupted run of this identity logged: the partial log's valid prefix.
+
+        A torn last line (a writer killed mid-line) is dropped silently. Any other damage (a line that
+        is not JSON, longer than MAX_LINE_BYTES, or that `problem` rejects) ends the prefix: the log is
+        kept beside as `...damaged-<time>` and the episodes after the prefix are asked again. A log of
+        another identity, or whose first line is unreadable, is kept beside as well and nothing is
+        replayed. Each of these says so in one logged line."""
         path = self.dir / PARTIAL_EPISODES
-        if not path.is_file():
+        try:
+            f = open(path, "rb")  # noqa: SIM115
+        except FileNotFoundError:
             return []
-        lines = path.read_bytes().split(b"\n")
-        header = _parse(lines[0])
-        if not header or header.get("fingerprint") != self.fingerprint:
-            self.discard_partial()
-            return []
-        records = []
-        for line in lines[1:]:
-            rec = _parse(line)
-            if rec is None:  # the torn last line of a killed writer, or the final newline
-                break
-            records.append(rec)
-        return records
+        with f:
+            header, _ = _read_line(f)
+            head = _parse(header) if header is not None else None
+            if not head or "fingerprint" not in head:
+                self.set_aside_partial("damaged", "its first line is not this log's header; starting afresh")
+                return []
+            if head["fingerprint"] != self.fingerprint:
+                changed = ", ".join(differences(head.get("identity"), self.identity)) or "its fingerprint"
+                self.set_aside_partial("other-config", f"another configuration's log (differs in: {changed})")
+                return []
+            records: list[dict] = []
+            while True:
+                line, complete = _read_line(f)
+                if line is None or (not complete and len(line) <= MAX_LINE_BYTES):  # end, or a torn tail
+                    return records
+                rec = _parse(line) if len(line) <= MAX_LINE_BYTES else None
+                why = (
+                    f"longer than {MAX_LINE_BYTES} bytes" if len(line) > MAX_LINE_BYTES
+                    else "not a JSON object" if rec is None else problem(rec)
+                )  # fmt: skip
+                if why is not None:
+                    n = len(records)
+                    what = f"line {n + 2} is {why}; replaying the {n} episode(s) before it, asking the rest"
+                    self.set_aside_partial("damaged", what)
+                    return records
+                records.append(rec)
+
+    def set_aside_partial(self, reason: str, what: str) -> None:
+        """Move the partial log aside (kept, never deleted), saying `what` happened in one line."""
+        path = self.dir / PARTIAL_EPISODES
+        moved = move_aside(path, reason)
+        log.warning("%s: %s (the log is kept as %s)", path, what, moved.name)
 
     def open(self, replay: Sequence[Mapping[str, Any]]) -> None:
         """Start appending: rewrite the partial log as its header plus `replay` (dropping a torn
         tail), then keep it open for `append`."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(
-            self.dir / PARTIAL_EPISODES, jsonl_bytes([{"fingerprint": self.fingerprint}, *replay])
-        )
+        header = {"fingerprint": self.fingerprint, "identity": self.identity}
+        atomic_write_bytes(self.dir / PARTIAL_EPISODES, jsonl_bytes([header, *replay]))
         self._episodes = open(self.dir / PARTIAL_EPISODES, "a", encoding="utf-8")
 
     def append(self, record: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> None:
@@ -161,15 +272,49 @@ class StreamLog:
         events: Sequence[Mapping[str, Any]],
         meta: Mapping[str, Any],
     ) -> None:
-        """Write the final files (meta.json last: the completeness mark) and drop the partial log."""
+        """Write the final files with their checksums (meta.json last: the completeness mark) and drop
+        the partial log."""
         self.close()
-        atomic_write_bytes(self.dir / EPISODES, parquet_bytes(records))
-        atomic_write_bytes(self.dir / ARCHIVE, jsonl_bytes(events))
-        full = {**meta, "fingerprint": self.fingerprint, "n_episodes": len(records), "n_events": len(events)}
+        episodes, archive = parquet_bytes(records), jsonl_bytes(events)
+        atomic_write_bytes(self.dir / EPISODES, episodes)
+        atomic_write_bytes(self.dir / ARCHIVE, archive)
+        full = {
+            **meta,
+            "identity": self.identity,
+            "fingerprint": self.fingerprint,
+            "n_episodes": len(records),
+            "n_events": len(events),
+            "files": {
+                EPISODES: file_record(episodes, len(records)),
+                ARCHIVE: file_record(archive, len(events)),
+            },
+        }
         atomic_write_bytes(
             self.dir / META, (json.dumps({**full, "complete": True}, indent=2, default=str) + "\n").encode()
         )
         self.discard_partial()
+
+
+def partial_summary(path: Path) -> tuple[dict[str, Any] | None, int]:
+    """A partial log's identity (None when its header is unreadable) and how many lines follow it."""
+    with open(path, "rb") as f:
+        header, _ = _read_line(f)
+        head = _parse(header) if header is not None else None
+        return (head or {}).get("identity"), sum(1 for _ in f)
+
+
+def _read_line(f: IO[bytes]) -> tuple[bytes | None, bool]:
+    """The next line without its newline (None at the end) and whether it ended with one. A line
+    longer than MAX_LINE_BYTES is returned cut just past the limit, never read whole."""
+    line = f.readline(MAX_LINE_BYTES + 1)
+    if not line:
+        return None, False
+    if line.endswith(b"\n"):
+        return line[:-1], True
+    if len(line) > MAX_LINE_BYTES:
+        while (more := f.readline(MAX_LINE_BYTES)) and not more.endswith(b"\n"):
+            pass  # skip the rest of the over-long line
+    return line, False
 
 
 def _dumps(obj: Any, sort_keys: bool = False) -> str:
@@ -192,13 +337,6 @@ def _parse(line: bytes) -> dict[str, Any] | None:
     except ValueError:
         return None
     return obj if isinstance(obj, dict) else None
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return _parse(path.read_bytes())
-    except OSError:
-        return None
 
 
 # One encoder each, built once: json.dumps with options builds a new encoder per call, which dominated

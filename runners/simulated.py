@@ -118,7 +118,7 @@ class SimulatedBackend:
     def _choose(self, options: list[str], scores: dict[str, float], prompt: str, rng: _SplitMix) -> int:
         if rng.random() < self.lapse:
             return rng.randrange(len(options))
-        at = prompt.find("\n" + HINT_PREFIX)
+        at = prompt.find(_HINT_LINE)
         hint = prompt[at + 1 : prompt.find("\n", at + 1)] if at >= 0 else ""
         totals = [scores.get(o, 0.0) + (self.w_hint if o and f'"{o}"' in hint else 0.0) for o in options]
         best = max(totals)
@@ -130,6 +130,7 @@ class SimulatedBackend:
 
 
 _ANY_EVIDENCE_LINE = re.compile(r"^- \[step .*$", re.MULTILINE)
+_HINT_LINE = "\n" + HINT_PREFIX
 _LINE_CACHE = 200_000
 
 

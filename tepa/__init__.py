@@ -6,7 +6,7 @@ from tepa.precedent import LifecycleEvent, Precedent, State
 from tepa.protocol import Memory
 from tepa.tepa_full import TEPAFull
 from tepa.tepa_norev import TEPANoRev
-from tepa.tepa_rev import TEPARev
+from tepa.tepa_rev import TEPARev, TEPARevLiteral
 
 __all__ = [
     "Archive",
@@ -20,4 +20,5 @@ __all__ = [
     "TEPAFull",
     "TEPANoRev",
     "TEPARev",
+    "TEPARevLiteral",
 ]

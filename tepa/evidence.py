@@ -36,7 +36,9 @@ class Evidence(NamedTuple):
 
     `ref` identifies the stored item inside its memory (a precedent id, an observation index) so that
     `feedback` can find what was used. `support` / `conflict` are the method's counts where it keeps
-    them (TEPA precedents) and None where it does not (raw observations).
+    them (TEPA precedents) and None where it does not (raw observations). `epoch` is the precedent's
+    epoch when it was retrieved (None for methods without epochs): feedback that arrives after the
+    precedent was revoked can then be told apart from feedback on its current epoch.
     """
 
     key: Hashable
@@ -48,6 +50,7 @@ class Evidence(NamedTuple):
     ref: int = -1
     support: int | None = None
     conflict: int | None = None
+    epoch: int | None = None
 
 
 def check_observation(obs: Observation) -> None:

@@ -2,23 +2,34 @@
 
 Observations become keyed precedents with support / conflict counts; a Beta(a0 + s, b0 + f) validity
 posterior promotes a hypothesis (mean > theta_pro) and revokes an active precedent (mean < theta_rev once
-n_min observations are in, or a recent success rate below theta_rec); revoked precedents keep counting
-evidence about their own value and come back (re-promotion) when the evidence gathered since their
-revocation passes the promotion rule.
+n_min observations are in, or a recent success rate below theta_rec over at least m_rec of the last W
+uses); a revoked precedent comes back (re-promotion) when the evidence gathered since its revocation
+passes the promotion rule.
 
-Epochs: every transition reads the counts of the precedent's current *epoch*, i.e. since its creation or
-its last revocation (`s_epoch`, `f_epoch`); the lifetime counts `s`, `f` are kept for the audit and shown
-in retrieved evidence. In the first epoch the epoch counts are the lifetime counts, so the rules are
-exactly the paper's; without epochs a revoked precedent would carry its old conflicts forever and could
-never be re-promoted. A failure of a revoked precedent's own value re-confirms its revocation and starts a
-new epoch (the lifetime `f` still counts it): "the evidence since its revocation" is then the evidence
-since the world last showed it invalid, so a precedent tried and failed during later regimes still comes
-back promptly when its regime returns.
+The rule text leaves five choices open. Each is a constructor argument (and a config key), with the
+harness's choice as the default; `memory=tepa_rev_literal` reads the rules literally:
 
-Transitions are checked after every update, each rule when its inputs change (which is equivalent: a
-rule can only become true then): the posterior rules after `observe`, the recent-success rule after
-`feedback`. One update makes at most one transition per precedent. The hot path touches only the
-precedents of one key and builds strings only when a lifecycle event happens.
+- `counts` ("epoch"): what the posterior revocation rule reads. "epoch": the counts of the precedent's
+  current epoch (`s_epoch`, `f_epoch`: since its creation or its last revocation); "lifetime": `s`, `f`.
+  Promotion always reads the epoch counts, so re-promotion always reads the evidence since revocation.
+- `own_failure_new_epoch` (True): a failure of a revoked precedent's own value re-confirms the revocation
+  and starts a new epoch, so "since its revocation" means since the world last showed it invalid.
+- `revoked_counts_conflicts` (False): whether a revoked precedent's conflict count (lifetime `f` and
+  `f_epoch`) grows while another value of its key holds. False: it counts only evidence about its own
+  value, so it comes back after one observation of its value however long the other regime lasted.
+- `clear_recent_on_revoke` (True): the recent-use window is emptied at revocation.
+- `stale_feedback` ("same_epoch"): feedback on evidence whose precedent has since been revoked.
+  "same_epoch": it counts only while the precedent is still in the epoch the evidence was retrieved in
+  (`Evidence.epoch`), so a re-promoted precedent starts clean; "active_only": it counts whenever the
+  precedent is active now; "count": it always enters the precedent's window.
+
+Rules hold after every update, checked where their inputs change: the posterior rules on the precedents
+an observation counts on, the recent rule on the precedents feedback reaches, and every rule again after a
+promotion (a precedent promoted by one update can meet a revocation condition at once, e.g. with lifetime
+counts or a kept window). That is the full fixpoint: a revocation starts an epoch with no evidence, and
+validation requires the prior mean a0 / (a0 + b0) <= theta_pro, so nothing follows a revocation; a
+conflict only lowers a mean, so it cannot make a promotion due. The hot path touches only the precedents
+of one key and builds strings only when a lifecycle event happens.
 """
 
 from __future__ import annotations
@@ -64,6 +75,32 @@ def _check_unit(name: str, value: Any) -> float:
     return x
 
 
+#: The values of the two non-boolean switches (see the module docstring).
+COUNTS = ("epoch", "lifetime")
+STALE_FEEDBACK = ("same_epoch", "active_only", "count")
+
+
+def check_rules(*, a0: float, b0: float, theta_pro: float, counts: str, stale_feedback: str) -> None:
+    """The checks that span parameters or name a choice, as "key=value: why" (also used by the config
+    schema, so the run stops before any episode with the same message)."""
+    if counts not in COUNTS:
+        raise ValueError(f"counts={counts!r}: must be one of {', '.join(COUNTS)}")
+    if stale_feedback not in STALE_FEEDBACK:
+        raise ValueError(f"stale_feedback={stale_feedback!r}: must be one of {', '.join(STALE_FEEDBACK)}")
+    prior = a0 / (a0 + b0)
+    if prior > theta_pro:
+        raise ValueError(
+            f"theta_pro={theta_pro}: must be >= the prior mean a0/(a0+b0)={prior:.4g}, or a precedent with "
+            "no evidence passes the promotion rule and every revocation is undone at once"
+        )
+
+
+def _check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
 @functools.lru_cache(maxsize=256)
 def _created_reason(source: str) -> str:
     """Why a precedent was created (one string per evidence source, so built once per source)."""
@@ -72,7 +109,9 @@ def _created_reason(source: str) -> str:
 
 
 class PrecedentMemory:
-    """A revocable evidence memory of precedents (see the module docstring for the exact rules).
+    """A revocable evidence memory of precedents (see the module docstring for the exact rules and the
+    five switches `counts`, `own_failure_new_epoch`, `revoked_counts_conflicts`,
+    `clear_recent_on_revoke`, `stale_feedback`).
 
     Subclasses choose the variant: `revokes = False` disables revocation (TEPA-NoRev); overriding
     `_admit` gates promotion (TEPA-Full's trials).
@@ -93,6 +132,11 @@ class PrecedentMemory:
         W: int = 5,
         m_rec: int = 3,
         top_k: int = DEFAULT_TOP_K,
+        counts: str = "epoch",
+        own_failure_new_epoch: bool = True,
+        revoked_counts_conflicts: bool = False,
+        clear_recent_on_revoke: bool = True,
+        stale_feedback: str = "same_epoch",
     ) -> None:
         self.a0 = _check_positive("a0", a0)
         self.b0 = _check_positive("b0", b0)
@@ -105,6 +149,15 @@ class PrecedentMemory:
         if self.m_rec > self.W:
             raise ValueError(f"m_rec must be <= W (= {W}), got {m_rec!r}")
         self.top_k = check_int("top_k", top_k, 1)
+        check_rules(
+            a0=self.a0, b0=self.b0, theta_pro=self.theta_pro, counts=counts, stale_feedback=stale_feedback
+        )
+        self.counts = counts
+        self.own_failure_new_epoch = _check_bool("own_failure_new_epoch", own_failure_new_epoch)
+        self.revoked_counts_conflicts = _check_bool("revoked_counts_conflicts", revoked_counts_conflicts)
+        self.clear_recent_on_revoke = _check_bool("clear_recent_on_revoke", clear_recent_on_revoke)
+        self.stale_feedback = stale_feedback
+        self._lifetime = counts == "lifetime"
         self.archive = Archive()
         self.promotions = 0
         self.revocations = 0
@@ -121,8 +174,8 @@ class PrecedentMemory:
     # --- the Memory protocol -------------------------------------------------------------------------
 
     def observe(self, obs: Observation) -> None:
-        """Count `obs` on every live precedent of its key (one key has one current value), create a
-        hypothesis for a new value that holds, and check transitions on what changed."""
+        """Count `obs` on the precedents of its key (one key has one current value), create a hypothesis
+        for a new value that holds, and check the rules of what changed."""
         check_observation(obs)
         key, value, holds, t = obs.key, obs.value, obs.holds, obs.t
         group = self._by_key.get(key)
@@ -133,17 +186,21 @@ class PrecedentMemory:
         own = group.get(value)
         revokes = self.revokes
         if holds:
+            count_revoked = self.revoked_counts_conflicts
             for p in group.values():
                 state = p.state
-                if p is own or state is _REVOKED:
+                if p is own or (state is _REVOKED and not count_revoked):
                     continue
                 p.f += 1
                 p.f_epoch += 1
                 p.updated_t = t
                 p._evidence = None
-                if state is _ACTIVE and revokes:
-                    s = p.s_epoch
-                    n = s + p.f_epoch
+                if state is _ACTIVE and revokes:  # _posterior_due, inlined: the hot path
+                    if self._lifetime:
+                        s, n = p.s, p.s + p.f
+                    else:
+                        s = p.s_epoch
+                        n = s + p.f_epoch
                     if n >= self.n_min and (self.a0 + s) / (self.a0 + self.b0 + n) < self.theta_rev:
                         self._revoke_by_posterior(p, t)
             if own is None:
@@ -158,14 +215,17 @@ class PrecedentMemory:
         else:
             own.f += 1
             own.f_epoch += 1
-            if own.state is _REVOKED:
+            if own.state is _REVOKED and self.own_failure_new_epoch:
                 self._new_epoch(own)
         own.updated_t = t
         own._evidence = None
         if own.state is _ACTIVE:
-            if revokes:
-                s = own.s_epoch
-                n = s + own.f_epoch
+            if revokes:  # _posterior_due, inlined
+                if self._lifetime:
+                    s, n = own.s, own.s + own.f
+                else:
+                    s = own.s_epoch
+                    n = s + own.f_epoch
                 if n >= self.n_min and (self.a0 + s) / (self.a0 + self.b0 + n) < self.theta_rev:
                     self._revoke_by_posterior(own, t)
         elif holds:
@@ -184,19 +244,31 @@ class PrecedentMemory:
         return rank(candidates, query, self.top_k)
 
     def feedback(self, used: list[Evidence], success: bool, t: int) -> None:
-        """Append the outcome to `recent` of each used precedent that is still active (one revoked since
-        retrieval starts its new epoch clean), then check the recent-success revocation rule. Evidence
-        this memory did not hand out (its ref names another precedent's id, or another memory's) is
-        ignored: the ref must name an active precedent of the same key."""
-        active = self._active
+        """Append the outcome to the window of each used precedent it counts for (`stale_feedback`),
+        then check the recent-success revocation rule. Evidence this memory did not hand out (its ref
+        names no precedent, or one of another key) is ignored."""
         outcome = True if success else False  # as bool(success), without a call
+        every, mode = self._all, self.stale_feedback
         for ev in used:
-            p = active.get(ev.ref)
-            if p is None or p.key != ev.key:
+            ref = ev.ref  # the precedent's id
+            if type(ref) is not int or not 0 <= ref < len(every):
+                continue
+            p = every[ref]
+            if p.key != ev.key:
+                continue
+            if mode == "same_epoch":
+                if p.epoch != ev.epoch:
+                    continue
+            elif mode == "active_only" and p.state is not _ACTIVE:
                 continue
             recent = p.recent
             recent.append(outcome)
-            if self.revokes and len(recent) >= self.m_rec and sum(recent) / len(recent) < self.theta_rec:
+            if (
+                p.state is _ACTIVE
+                and self.revokes
+                and len(recent) >= self.m_rec
+                and sum(recent) / len(recent) < self.theta_rec
+            ):
                 self._revoke_by_recent(p, t)
 
     def on_phase_boundary(self, phase: str, t: int) -> None:
@@ -234,6 +306,20 @@ class PrecedentMemory:
         return None if group is None else group.get(value)
 
     # --- transitions -----------------------------------------------------------------------------------
+
+    def _posterior_due(self, p: Precedent) -> bool:
+        """The posterior revocation condition, on the counts `counts` names."""
+        if self._lifetime:
+            s, n = p.s, p.s + p.f
+        else:
+            s = p.s_epoch
+            n = s + p.f_epoch
+        return n >= self.n_min and (self.a0 + s) / (self.a0 + self.b0 + n) < self.theta_rev
+
+    def _recent_due(self, p: Precedent) -> bool:
+        """The recent-success revocation condition."""
+        recent = p.recent
+        return len(recent) >= self.m_rec and sum(recent) / len(recent) < self.theta_rec
 
     def _create(self, obs: Observation, group: dict[str, Precedent]) -> None:
         p = Precedent(
@@ -279,6 +365,12 @@ class PrecedentMemory:
             self._active[p.id] = p
             self.repromotions += 1
             self.archive.log(p, t, "repromoted", f"revoked at t={since}; epoch {p.epoch} evidence: {reason}")
+        # the rest of the fixpoint: a promoted precedent may already meet a revocation condition
+        if self.revokes:
+            if self._posterior_due(p):
+                self._revoke_by_posterior(p, t)
+            elif self._recent_due(p):
+                self._revoke_by_recent(p, t)
 
     def _admit(self, p: Precedent, t: int) -> str | None:
         """Gate a promotion whose posterior has passed: a suffix for the reason to promote, None to hold.
@@ -311,14 +403,14 @@ class PrecedentMemory:
         return self._reason_texts
 
     def _revoke_by_posterior(self, p: Precedent, t: int) -> None:
-        s, f = p.s_epoch, p.f_epoch
+        s, f, which = (p.s, p.f, "") if self._lifetime else (p.s_epoch, p.f_epoch, "_epoch")
         m = (self.a0 + s) / (self.a0 + self.b0 + s + f)
         prior, both, _, rev, _ = self._reasons()
         self._revoke(
             p,
             t,
-            f"posterior: s_epoch+f_epoch={s}+{f} >= n_min={self.n_min} and "
-            f"m_epoch=({prior}+{s})/({both}+{s}+{f})={m:.4f} < {rev}",
+            f"posterior: s{which}+f{which}={s}+{f} >= n_min={self.n_min} and "
+            f"m{which}=({prior}+{s})/({both}+{s}+{f})={m:.4f} < {rev}",
         )
 
     def _revoke_by_recent(self, p: Precedent, t: int) -> None:
@@ -335,14 +427,17 @@ class PrecedentMemory:
             self._n_hypothesis -= 1
         p.state = _REVOKED
         self._new_epoch(p)
+        if self.clear_recent_on_revoke:
+            p.recent.clear()
         self.archive.admit(p)
         self.revocations += 1
         self.archive.log(p, t, "revoked", reason)
 
     @staticmethod
     def _new_epoch(p: Precedent) -> None:
+        """Start counting afresh; the epoch number tells feedback which retrievals are stale."""
         p.s_epoch = 0
         p.f_epoch = 0
         p.epoch += 1
         p.trial_rounds = 0
-        p.recent.clear()
+        p._evidence = None

@@ -36,10 +36,11 @@ class Precedent:
     """The belief "`value` is the current value for `key`", with the evidence for and against it.
 
     `s` / `f` are lifetime support / conflict counts (they never decrease). `s_epoch` / `f_epoch` count
-    the same evidence since the current epoch began (creation, or the last revocation): transitions
-    read the epoch counts so that a revoked precedent is judged on what happened *after* it was revoked,
-    which is what lets it be re-promoted when an old regime returns. `recent` holds the outcomes of the
-    last W uses (from feedback). Identity is the object (and `id`), never the counts.
+    the same evidence since the current epoch began (creation, the last revocation, or a failure of its
+    own value while revoked when `own_failure_new_epoch` is on): promotion reads them, so a revoked
+    precedent is judged on what happened *after* it was revoked, and the posterior revocation rule reads
+    them or the lifetime counts (`counts`). `recent` holds the outcomes of the last W uses (from
+    feedback). Identity is the object (and `id`), never the counts.
     """
 
     id: int
@@ -66,7 +67,7 @@ class Precedent:
         return (a0 + self.s) / (a0 + b0 + self.s + self.f)
 
     def epoch_mean(self, a0: float, b0: float) -> float:
-        """Posterior mean over the current epoch's evidence: the number transitions are decided on."""
+        """Posterior mean over the current epoch's evidence: the number promotion is decided on."""
         return (a0 + self.s_epoch) / (a0 + b0 + self.s_epoch + self.f_epoch)
 
     def evidence(self) -> Evidence:
@@ -75,7 +76,18 @@ class Precedent:
         if ev is None:
             ev = self._evidence = new_evidence(
                 Evidence,
-                (self.key, self.value, True, self.updated_t, self.text, self.source, self.id, self.s, self.f),
+                (
+                    self.key,
+                    self.value,
+                    True,
+                    self.updated_t,
+                    self.text,
+                    self.source,
+                    self.id,
+                    self.s,
+                    self.f,
+                    self.epoch,
+                ),  # fmt: skip
             )
         return ev
 

@@ -33,7 +33,8 @@ class TEPAFull(PrecedentMemory):
     precedent. Raise `max_trial_rounds` only where trials are noisy.
 
     `trial_fn(precedent, kind) -> bool` is usually the environment's `trial`, given here or later via
-    `set_trial`. The other keyword arguments are TEPA-Rev's thresholds, with the same defaults.
+    `set_trial`. The other keyword arguments are TEPA-Rev's thresholds and rule switches, with the same
+    defaults.
     """
 
     name = "tepa_full"
@@ -55,6 +56,11 @@ class TEPAFull(PrecedentMemory):
         W: int = 5,
         m_rec: int = 3,
         top_k: int = DEFAULT_TOP_K,
+        counts: str = "epoch",
+        own_failure_new_epoch: bool = True,
+        revoked_counts_conflicts: bool = False,
+        clear_recent_on_revoke: bool = True,
+        stale_feedback: str = "same_epoch",
     ) -> None:
         super().__init__(
             a0=a0,
@@ -66,6 +72,11 @@ class TEPAFull(PrecedentMemory):
             W=W,
             m_rec=m_rec,
             top_k=top_k,
+            counts=counts,
+            own_failure_new_epoch=own_failure_new_epoch,
+            revoked_counts_conflicts=revoked_counts_conflicts,
+            clear_recent_on_revoke=clear_recent_on_revoke,
+            stale_feedback=stale_feedback,
         )
         self.n_support = check_int("n_support", n_support, 1)
         self.n_counterfactual = check_int("n_counterfactual", n_counterfactual, 0)

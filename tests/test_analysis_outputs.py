@@ -188,3 +188,38 @@ def test_analysis_reads_logs_only():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_report_opens_with_the_scorecard_and_paired_tables_show_both_tests(runs_root, tmp_path):
+    out = tmp_path / "results"
+    assert main(["--runs", str(runs_root), "--out", str(out), "--quiet"]) == 0
+    readme = (out / "README.md").read_text()
+    assert readme.index("## Reproduction scorecard") < readme.index("## Runs") < readme.index("## Tables")
+    first_table = readme[readme.index("\n|") :]
+    assert first_table.startswith("\n| Setting | Phase | Number | Verdict |")
+    card = pd.read_csv(out / "tables" / "scorecard.csv")
+    assert len(card) == 23 and set(card["verdict"]) <= {
+        "reproduced",
+        "direction only",
+        "not reproduced",
+        "not run",
+    }
+    paired = pd.read_csv(out / "tables" / "paired_paper_controlled.csv")
+    assert {"p", "p_holm", "p_boot", "p_boot_holm"} <= set(paired.columns)
+    assert paired["p_boot"].between(1 / 10000, 1).all()
+    assert "| p (sign-flip) | Holm p (sign-flip) | p (bootstrap) | Holm p (bootstrap) |" in readme
+    assert "centred on 0 to impose the null, 9999 resamples" in readme
+    assert "exact sign-flip p = " in readme and "paired bootstrap p = " in readme  # the headline note
+
+
+def test_the_two_level_option_widens_the_success_intervals(runs_root, tmp_path):
+    seeds, both = tmp_path / "seeds", tmp_path / "both"
+    assert main(["--runs", str(runs_root), "--out", str(seeds), "--quiet"]) == 0
+    assert (
+        main(["--runs", str(runs_root), "--out", str(both), "--quiet", "--intervals", "seeds+episodes"]) == 0
+    )
+    narrow = pd.read_csv(seeds / "tables" / "success_paper_controlled.csv")
+    wide = pd.read_csv(both / "tables" / "success_paper_controlled.csv")
+    assert (narrow["mean"] == wide["mean"]).all()
+    assert ((wide["high"] - wide["low"]).mean()) > ((narrow["high"] - narrow["low"]).mean())
+    assert "two-level percentile bootstrap CI: seeds, then episodes" in (both / "README.md").read_text()

@@ -48,7 +48,7 @@ def run(*overrides: str):
 def episodes(results) -> list[dict]:
     """Every stream's episodes, without the wall-clock latency."""
     rows = []
-    for path in sorted(results.glob(f"runs/*/*/*/seed=*/{EPISODES}")):
+    for path in sorted(results.glob(f"runs/**/seed=*/{EPISODES}")):
         rows += [{k: v for k, v in r.items() if k != "latency"} for r in pq.read_table(path).to_pylist()]
     return rows
 
@@ -78,7 +78,7 @@ def test_a_run_stops_cleanly_and_a_rerun_resumes_it_to_the_uninterrupted_result(
     with pytest.raises(RunStopped, match=STOPPED):
         run(*overrides(stub_server, tmp_path / "r"))
     assert len(stub_server.requests) == OK + 3  # nothing is asked once the endpoint is presumed down
-    streams = sorted((tmp_path / "r" / "runs").glob("*/*/*/seed=*"))
+    streams = sorted((tmp_path / "r" / "runs").glob("**/seed=*"))
     assert len(streams) == 2 and not any((d / META).exists() for d in streams)
     logged = [
         json.loads(line) for d in streams for line in (d / PARTIAL_EPISODES).read_text().splitlines()[1:]
@@ -108,4 +108,4 @@ def test_the_command_line_prints_one_line_and_exits_non_zero(stub_server, tmp_pa
     assert "Traceback" not in proc.stderr
     # Hydra frames it as it does a config error: the overrides, the message, a HYDRA_FULL_ERROR hint
     assert [line for line in proc.stderr.splitlines() if re.match(STOPPED, line)], proc.stderr
-    assert len(list(tmp_path.glob(f"runs/*/*/*/seed=*/{PARTIAL_EPISODES}"))) == 2  # kept for the rerun
+    assert len(list(tmp_path.glob(f"runs/**/seed=*/{PARTIAL_EPISODES}"))) == 2  # kept for the rerun

@@ -185,9 +185,21 @@ def test_reproduce_timing_skips_guarded_steps_and_reports_a_failure(monkeypatch)
     out = bench.time_reproduce()
     assert set(out["steps_s"]) == {"ok", "also_ok"} and out["skipped_steps"] == ["guarded"]
     assert out["wall_s"] == pytest.approx(sum(out["steps_s"].values()))
+    assert out["verification"]["streams"] == 0  # these steps write no streams to verify
     steps.append(("broken", None, [py, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"]))
     out = bench.time_reproduce()
     assert "wall_s" not in out and out["failed"] == "broken: exit 3: boom"
+
+
+def test_reproduce_timing_can_keep_its_outputs_in_a_new_folder_only(tmp_path, monkeypatch):
+    py = sys.executable
+    write = "import pathlib, sys; pathlib.Path(sys.argv[1], 'tables').mkdir()"
+    monkeypatch.setattr(bench, "reproduce_commands", lambda d: [("write", None, [py, "-c", write, d])])
+    keep = tmp_path / "kept"
+    assert bench.time_reproduce(keep)["steps_s"].keys() == {"write"}
+    assert (keep / "tables").is_dir()  # kept for a diff with results/tables
+    with pytest.raises(FileExistsError):  # a timing over streams that would be skipped means nothing
+        bench.time_reproduce(keep)
 
 
 def test_quick_run_writes_the_json_and_the_report(tmp_path, monkeypatch):

@@ -18,7 +18,7 @@ from tepa.evidence import Observation, Query
 
 ALL_METHODS = {
     "no_memory", "append_only", "lww", "sliding_window", "reactive", "oracle_reset", "tepa_rev", "tepa_norev",
-    "tepa_full",
+    "tepa_full", "tepa_rev_literal",
 }  # fmt: skip
 
 
@@ -101,10 +101,12 @@ def test_local_llm_points_the_openai_backend_at_llama_cpp():
     assert "api_key" not in cfg.llm
 
 
-@pytest.mark.parametrize("name", ["paper_controlled", "paper_executable", "paper_preference"])
-def test_paper_experiments_sweep_all_nine_methods_over_ten_seeds(name):
+@pytest.mark.parametrize(
+    ("name", "seeds"), [("paper_controlled", 20), ("paper_executable", 20), ("paper_preference", 10)]
+)
+def test_paper_experiments_sweep_all_ten_methods_over_their_seeds(name, seeds):
     cfg = _compose(f"experiment={name}")
-    assert cfg.name == name and list(cfg.seeds) == list(range(10))
+    assert cfg.name == name and list(cfg.seeds) == list(range(seeds))
     assert set(cfg.hydra.sweeper.params.memory.split(",")) == ALL_METHODS
 
 

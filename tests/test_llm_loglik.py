@@ -107,7 +107,7 @@ def test_the_plan_is_within_ten_percent_of_the_tokens_a_real_gemma_run_reports(g
     estimate = int(re.search(r"about (\d+) prompt tokens", plan.stdout).group(1))
     real = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
     assert real.returncode == 0, real.stderr
-    (path,) = tmp_path.glob(f"runs/adhoc/*/append_only/seed=0/{EPISODES}")
+    (path,) = tmp_path.glob(f"runs/adhoc/**/append_only/**/seed=0/{EPISODES}")
     spent = sum(pq.read_table(path).column("prompt_tokens").to_pylist())
     print(f"\nplan: {estimate} prompt tokens; the real Gemma run: {spent}")
     assert abs(estimate - spent) <= 0.1 * spent

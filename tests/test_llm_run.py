@@ -63,7 +63,7 @@ def run(results: Path, base_url: str, cache: Path, *extra: str) -> tuple[subproc
 def episodes(results: Path) -> list[dict]:
     """Every stream's episodes, in a fixed order (method, seed, t)."""
     rows = []
-    for path in sorted(results.glob(f"runs/llm_run/controlled_drift/*/seed=*/{EPISODES}")):
+    for path in sorted(results.glob(f"runs/llm_run/controlled_drift/**/seed=*/{EPISODES}")):
         rows += pq.read_table(path).to_pylist()
     return rows
 
@@ -73,7 +73,7 @@ def backend_stats(results: Path) -> dict[str, dict]:
     meta.json holds the counts when that stream finished (another stream's call may be in flight): the
     counters only grow, so the largest are the run's."""
     stats: dict[str, dict] = {}
-    for path in results.glob(f"runs/llm_run/controlled_drift/*/*/{META}"):
+    for path in results.glob(f"runs/llm_run/controlled_drift/**/{META}"):
         meta = json.loads(path.read_text())
         assert meta["complete"] and meta["n_episodes"] == EPISODES_PER_STREAM
         current = stats.get(meta["memory"])

@@ -1,8 +1,6 @@
 """Loading FactConsolidation and the MQuAKE templates: local folders, the online path, the error."""
 
 import io
-import json
-import sys
 import urllib.error
 
 import pytest
@@ -31,9 +29,8 @@ def fresh_downloads():
 
 @pytest.fixture
 def offline(monkeypatch, tmp_path):
-    """No configured data, no `datasets`, no network, an empty user cache."""
+    """No configured data, no network, an empty user cache."""
     monkeypatch.delenv(DATA_DIR_ENV, raising=False)
-    monkeypatch.setitem(sys.modules, "datasets", None)  # import datasets -> ImportError
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
     def no_network(*args, **kwargs):
@@ -70,7 +67,7 @@ def test_bad_source_names_the_parameter():
 
 def _assert_names_both_ways(message: str) -> None:
     assert DATA_DIR_ENV in message and "env.data_dir" in message
-    assert "pip install 'tepa-harness[datasets]'" in message and "online" in message
+    assert "online" in message and "ai-hyz/MemoryAgentBench" in message and "HF_ENDPOINT" in message
 
 
 def test_missing_data_names_both_ways(offline, monkeypatch, tmp_path):
@@ -87,24 +84,6 @@ def test_missing_data_names_both_ways(offline, monkeypatch, tmp_path):
     with pytest.raises(DataNotFoundError) as no_templates:
         load_mquake_templates()
     _assert_names_both_ways(str(no_templates.value))
-
-
-def test_online_path_downloads_the_split_with_datasets(offline, monkeypatch):
-    rows = json.loads((DATA_DIR / mab_data.CONFLICT_FILE).read_text(encoding="utf-8"))
-    calls = []
-
-    class FakeDatasets:
-        @staticmethod
-        def load_dataset(name, split):
-            calls.append((name, split))
-            return rows
-
-    monkeypatch.setitem(sys.modules, "datasets", FakeDatasets)
-    record = load_conflict_resolution("factconsolidation_mh_32k")
-    assert calls == [("ai-hyz/MemoryAgentBench", "Conflict_Resolution")]
-    assert record == load_conflict_resolution("factconsolidation_mh_32k", DATA_DIR)
-    load_conflict_resolution("factconsolidation_sh_6k")
-    assert len(calls) == 1  # one download per process
 
 
 def test_online_templates_are_pinned_verified_and_cached(offline, monkeypatch, tmp_path):

@@ -67,7 +67,7 @@ def test_the_plans_tokens_are_within_ten_percent_of_what_the_run_then_reports(
     run(tmp_path, *loglik(stub_server), f"memory={memory}", "plan=true")
     plan = planned(capsys)
     run(tmp_path, *loglik(stub_server), f"memory={memory}")
-    logged = [pq.read_table(p).to_pylist() for p in tmp_path.glob(f"runs/adhoc/*/{memory}/seed=*/{EPISODES}")]
+    logged = [pq.read_table(p).to_pylist() for p in tmp_path.glob(f"runs/adhoc/**/{memory}/**/{EPISODES}")]
     rows = [r for stream in logged for r in stream]
     assert len(rows) == plan["decisions"] and len(stub_server.requests) == plan["calls"]
     spent = sum(r["prompt_tokens"] for r in rows)
@@ -84,14 +84,14 @@ def test_the_token_budget_stops_the_run_cleanly_and_a_rerun_resumes_it(tmp_path,
     stub_server.respond = lambda body: echoed(body, favour="blue", usage=True)
     with pytest.raises(RunStopped, match=r"llm\.max_total_tokens=3000 spent .* rerun the same command"):
         run(tmp_path / "a", *loglik(stub_server), "memory=lww", "llm.max_total_tokens=3000")
-    partial = list((tmp_path / "a").glob(f"runs/adhoc/*/lww/seed=*/{PARTIAL_EPISODES}"))
-    assert partial and not list((tmp_path / "a").glob(f"runs/adhoc/*/lww/seed=*/{EPISODES}"))
+    partial = list((tmp_path / "a").glob(f"runs/adhoc/**/lww/**/{PARTIAL_EPISODES}"))
+    assert partial and not list((tmp_path / "a").glob(f"runs/adhoc/**/lww/**/{EPISODES}"))
     summary = run(tmp_path / "a", *loglik(stub_server), "memory=lww")  # no budget: it finishes
     assert summary.episodes_run < 80 and sum(s.replayed for s in summary.streams) > 0
     run(tmp_path / "b", *loglik(stub_server), "memory=lww")  # uninterrupted
 
     def decisions(root):
-        paths = sorted(root.glob(f"runs/adhoc/*/lww/seed=*/{EPISODES}"))
+        paths = sorted(root.glob(f"runs/adhoc/**/lww/**/{EPISODES}"))
         return [(r["seed"], r["t"], r["action"]) for p in paths for r in pq.read_table(p).to_pylist()]
 
     assert decisions(tmp_path / "a") == decisions(tmp_path / "b") and len(decisions(tmp_path / "b")) == 80

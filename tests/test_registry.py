@@ -15,6 +15,7 @@ NAMES = [
     "tepa_rev",
     "tepa_full",
     "tepa_norev",
+    "tepa_rev_literal",
     "no_memory",
     "append_only",
     "lww",
@@ -24,7 +25,7 @@ NAMES = [
 ]
 
 
-def test_registry_lists_the_nine_config_names():
+def test_registry_lists_the_ten_config_names():
     assert memory_names() == NAMES == list(MEMORIES)
 
 

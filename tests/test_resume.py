@@ -56,7 +56,7 @@ def test_an_interrupted_stream_resumes_to_the_uninterrupted_files(tmp_path, monk
     monkeypatch.setattr(FlakyDrift, "fail_at", 9)
     with pytest.raises(RuntimeError, match="interrupted at t=9"):
         run(tmp_path / "a", *FLAKY)
-    d = tmp_path / "a" / "runs" / "adhoc" / "flakydrift" / "tepa_rev" / "seed=2"
+    d = tmp_path / "a" / "runs" / "adhoc" / "flakydrift" / "tepa_rev" / "env.phase_length=6" / "seed=2"
     assert not (d / META).exists()
     with open(d / PARTIAL_EPISODES, "a") as f:  # a torn last line, as a kill mid-write leaves it
         f.write('{"experiment": "adh')
@@ -71,19 +71,22 @@ def test_an_interrupted_stream_resumes_to_the_uninterrupted_files(tmp_path, monk
     assert json.loads((d / META).read_text())["replayed"] == 9
 
 
-def test_a_partial_log_of_another_config_is_discarded(tmp_path):
-    d = tmp_path / "runs" / "adhoc" / "controlled_drift" / "lww" / "seed=0"
+def test_a_partial_log_of_another_config_is_kept_aside_and_not_replayed(tmp_path):
+    d = tmp_path / "runs" / "adhoc" / "controlled_drift" / "lww" / "env.phase_length=3" / "seed=0"
     d.mkdir(parents=True)
-    (d / PARTIAL_EPISODES).write_text('{"fingerprint": "not-this-one"}\n{"t": 0, "reply": "Answer: A"}\n')
+    old = '{"fingerprint": "not-this-one"}\n{"t": 0, "reply": "Answer: A"}\n'
+    (d / PARTIAL_EPISODES).write_text(old)
     summary = run(tmp_path, "env.phase_length=3", "memory=lww")
     assert [(s.replayed, s.episodes_run) for s in summary.streams] == [(0, 12)]
+    [kept] = d.glob(f"{PARTIAL_EPISODES}.other-config-*")
+    assert kept.read_text() == old
 
 
 def test_a_run_killed_with_sigkill_resumes_to_an_identical_parquet(tmp_path):
     args = ["env.phase_length=500", "memory=tepa_rev", "seed=1"]  # 2000 episodes: long enough to kill
     cmd = [sys.executable, "-m", "runners.run", *args, f"results_dir={tmp_path / 'a'}"]
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    d = tmp_path / "a" / "runs" / "adhoc" / "controlled_drift" / "tepa_rev" / "seed=1"
+    d = tmp_path / "a" / "runs" / "adhoc" / "controlled_drift" / "tepa_rev" / args[0] / "seed=1"
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
@@ -131,7 +134,7 @@ def test_parquet_is_a_deterministic_function_of_the_records():
 
 
 def test_completeness_needs_every_file_and_the_mark(tmp_path):
-    log = StreamLog(tmp_path / "s", "fp")
+    log = StreamLog(tmp_path / "s", {"seed": 0})
     assert not log.is_complete()
     log.open([])
     log.append({"t": 0}, [{"event": "promote"}])

@@ -17,6 +17,7 @@ from runners.run import CONF_DIR, PROJECT_ROOT, execute
 from runners.runlog import ARCHIVE, EPISODES, META, PARTIAL_EPISODES
 
 TINY = ("env.phase_length=5",)  # controlled drift: 4 phases x 5 = 20 episodes per stream
+VARIANT = "env.phase_length=5"  # the directory level that names TINY's difference from the defaults
 
 
 def run(results, *overrides: str, tiny: bool = True):
@@ -46,8 +47,8 @@ def test_cli_multirun_writes_eight_complete_run_directories(tmp_path):
         *TINY,
     )
     assert proc.returncode == 0, proc.stderr
-    dirs = sorted((tmp_path / "runs" / "adhoc" / "controlled_drift").glob("*/seed=*"))
-    assert [f"{d.parent.name}/{d.name}" for d in dirs] == [
+    dirs = sorted((tmp_path / "runs" / "adhoc" / "controlled_drift").glob(f"*/{VARIANT}/seed=*"))
+    assert [f"{d.parent.parent.name}/{d.name}" for d in dirs] == [
         f"{m}/seed={s}" for m in ("append_only", "lww", "no_memory", "tepa_rev") for s in (0, 1)
     ]
     for d in dirs:
@@ -64,7 +65,7 @@ def test_cli_multirun_writes_eight_complete_run_directories(tmp_path):
 def test_one_run_covers_several_seeds_and_logs_what_analysis_needs(tmp_path):
     summary = run(tmp_path, "seeds=[0,1,2]", "memory=tepa_rev")
     assert [s.seed for s in summary.streams] == [0, 1, 2] and summary.episodes_run == 60
-    d = tmp_path / "runs" / "adhoc" / "controlled_drift" / "tepa_rev" / "seed=1"
+    d = tmp_path / "runs" / "adhoc" / "controlled_drift" / "tepa_rev" / VARIANT / "seed=1"
     table = pq.read_table(d / EPISODES)
     needed = {"experiment", "env", "memory", "seed", "t", "phase", "key", "action", "correct", "success",
               "n_evidence", "prompt_tokens", "cached", "latency", "active", "revoked"}  # fmt: skip
@@ -80,11 +81,11 @@ def test_one_run_covers_several_seeds_and_logs_what_analysis_needs(tmp_path):
 def test_same_config_and_seed_give_byte_identical_episodes(tmp_path):
     for where in ("a", "b"):
         run(tmp_path / where, "memory=tepa_full", "seed=3")
-    rel = "runs/adhoc/controlled_drift/tepa_full/seed=3"
+    rel = f"runs/adhoc/controlled_drift/tepa_full/{VARIANT}/seed=3"
     for name in (EPISODES, ARCHIVE):
         assert (tmp_path / "a" / rel / name).read_bytes() == (tmp_path / "b" / rel / name).read_bytes()
     run(tmp_path / "c", "memory=tepa_full", "seed=4")
-    assert (tmp_path / "c" / rel.replace("3", "4") / EPISODES).read_bytes() != (
+    assert (tmp_path / "c" / rel.replace("seed=3", "seed=4") / EPISODES).read_bytes() != (
         tmp_path / "a" / rel / EPISODES
     ).read_bytes()
 
@@ -100,11 +101,13 @@ def test_rerunning_a_complete_run_executes_no_episode(tmp_path):
     assert {p.name: p.stat().st_mtime_ns for p in d.iterdir()} == stamps
 
 
-def test_a_complete_run_of_another_config_is_not_silently_reused(tmp_path):
-    run(tmp_path, "memory=tepa_rev")
-    with pytest.raises(ConfigError, match="different config"):
-        run(tmp_path, "memory=tepa_rev", "memory.theta_rev=0.3")
-    assert run(tmp_path, "memory=tepa_rev", "memory.theta_rev=0.3", "name=other").episodes_run == 20
+def test_a_changed_setting_is_another_stream_beside_the_first(tmp_path):
+    first = run(tmp_path, "memory=tepa_rev").streams[0].directory
+    changed = run(tmp_path, "memory=tepa_rev", "memory.theta_rev=0.3")
+    assert changed.episodes_run == 20
+    variant = f"{VARIANT},memory.theta_rev=0.3"
+    assert changed.streams[0].directory == first.parent.with_name(variant) / "seed=0"
+    assert run(tmp_path, "memory=tepa_rev", "memory.theta_rev=0.4").streams[0].skipped  # 0.4: the default
 
 
 USER_CODE = textwrap.dedent(
@@ -164,7 +167,8 @@ def test_a_users_memory_and_env_run_without_touching_the_project(tmp_path, user_
         "env=custom", "env._target_=my_methods.ShortDrift", "+env.length=3", tiny=False,
     )  # fmt: skip
     assert summary.episodes_run == 6
-    d = tmp_path / "r" / "runs" / "adhoc" / "shortdrift" / "keeplast" / "seed=0"
+    variant = "env.length=3,memory.horizon=2"  # the parameters the config options do not set
+    d = tmp_path / "r" / "runs" / "adhoc" / "shortdrift" / "keeplast" / variant / "seed=0"
     assert pq.read_table(d / EPISODES).column("memory").to_pylist() == ["keeplast"] * 6
     with pytest.raises(ConfigError, match=r"memory.horizon=0: must be >= 1"):
         run(tmp_path / "r", "memory=custom", "memory._target_=my_methods.KeepLast", "+memory.horizon=0")
@@ -180,4 +184,5 @@ def test_a_users_memory_runs_from_the_command_line(tmp_path, user_module):
         f"results_dir={tmp_path}", *TINY, pythonpath=str(user_module),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert json.loads((tmp_path / "runs/adhoc/controlled_drift/mine/seed=0" / META).read_text())["complete"]
+    meta = tmp_path / f"runs/adhoc/controlled_drift/mine/{VARIANT}/seed=0" / META
+    assert json.loads(meta.read_text())["complete"]

@@ -12,6 +12,7 @@ from runners.run import PROJECT_ROOT
 from runners.runlog import META
 
 TINY = ("env.phase_length=4",)
+VARIANT = "env.phase_length=4"  # the directory level that names TINY's difference from the defaults
 
 
 def sweep(cwd, *args: str) -> subprocess.CompletedProcess:
@@ -24,8 +25,8 @@ def sweep(cwd, *args: str) -> subprocess.CompletedProcess:
 
 def complete(root, name: str) -> list[str]:
     """`<memory>/seed=<n>` of every complete stream of experiment `name` on controlled drift."""
-    metas = sorted((root / "runs" / name / "controlled_drift").glob(f"*/seed=*/{META}"))
-    return [f"{m.parent.parent.name}/{m.parent.name}" for m in metas if json.loads(m.read_text())["complete"]]
+    metas = sorted((root / "runs" / name / "controlled_drift").glob(f"*/{VARIANT}/seed=*/{META}"))
+    return [f"{m.parents[2].name}/{m.parent.name}" for m in metas if json.loads(m.read_text())["complete"]]
 
 
 def test_a_threshold_sweep_runs_in_parallel_under_joblib(tmp_path):

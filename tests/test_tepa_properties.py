@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import random
 
 import pytest
 from hypothesis import given, settings
@@ -19,20 +20,31 @@ feedback_op = st.tuples(st.just("feedback"), st.booleans())
 streams = st.lists(st.one_of(observe_op, observe_op, retrieve_op, feedback_op), max_size=80)
 
 
+UNIT = (0.0, 0.2, 0.3, 0.4, 0.5, 0.55, 0.6, 2 / 3, 0.75, 1.0)
+
+
 @st.composite
 def thresholds(draw) -> dict:
-    unit = st.sampled_from((0.0, 0.3, 0.4, 0.5, 0.6, 2 / 3, 0.75, 1.0))
+    """Any valid setting: thresholds anywhere in [0, 1] (theta_rev may exceed theta_pro) with the prior
+    mean a0 / (a0 + b0) <= theta_pro, and every rule switch."""
     w = draw(st.integers(1, 6))
+    a0 = draw(st.sampled_from((0.5, 1.0, 2.0)))
+    b0 = draw(st.sampled_from((0.5, 1.0, 2.0)))
     return {
-        "a0": draw(st.sampled_from((0.5, 1.0, 2.0))),
-        "b0": draw(st.sampled_from((0.5, 1.0, 2.0))),
+        "a0": a0,
+        "b0": b0,
         "n_min": draw(st.integers(1, 5)),
-        "theta_rev": draw(unit),
-        "theta_pro": draw(unit),
-        "theta_rec": draw(unit),
+        "theta_rev": draw(st.sampled_from(UNIT)),
+        "theta_pro": draw(st.sampled_from([x for x in UNIT if x >= a0 / (a0 + b0)])),
+        "theta_rec": draw(st.sampled_from(UNIT)),
         "W": w,
         "m_rec": draw(st.integers(1, w)),
         "top_k": draw(st.integers(1, 4)),
+        "counts": draw(st.sampled_from(("epoch", "lifetime"))),
+        "own_failure_new_epoch": draw(st.booleans()),
+        "revoked_counts_conflicts": draw(st.booleans()),
+        "clear_recent_on_revoke": draw(st.booleans()),
+        "stale_feedback": draw(st.sampled_from(("same_epoch", "active_only", "count"))),
     }
 
 
@@ -66,6 +78,22 @@ def check_invariants(m, previous: dict) -> None:
         previous[p.id] = (p.s, p.f)
     if isinstance(m, TEPANoRev):
         assert not by_state[State.REVOKED] and snap["revocations"] == 0 == snap["repromotions"]
+    check_rules_hold(m)
+
+
+def check_rules_hold(m) -> None:
+    """The stated conditions after an update: no active precedent meets a revocation condition, and no
+    hypothesis or revoked precedent meets the promotion condition on its evidence since creation or
+    revocation (in TEPA-Full, unless a failed trial round of this epoch holds it)."""
+    for p in m.precedents():
+        if p.state is State.ACTIVE and m.revokes:
+            s, f = (p.s, p.f) if m.counts == "lifetime" else (p.s_epoch, p.f_epoch)
+            posterior = s + f >= m.n_min and (m.a0 + s) / (m.a0 + m.b0 + s + f) < m.theta_rev
+            recent = len(p.recent) >= m.m_rec and sum(p.recent) / len(p.recent) < m.theta_rec
+            assert not posterior and not recent, p
+        elif p.state is not State.ACTIVE:
+            due = (m.a0 + p.s_epoch) / (m.a0 + m.b0 + p.s_epoch + p.f_epoch) > m.theta_pro
+            assert not due or (isinstance(m, TEPAFull) and p.trial_rounds > 0), p
 
 
 @pytest.mark.parametrize("variant", ["rev", "full", "norev"])
@@ -107,6 +135,11 @@ BAD_VALUES = {
     "W": (0, 2.0, False),
     "m_rec": (0, 99),
     "top_k": (0, -3, 1.0),
+    "counts": ("epochs", 1, None),
+    "stale_feedback": ("never", True),
+    "own_failure_new_epoch": (1, "yes"),
+    "revoked_counts_conflicts": (0, None),
+    "clear_recent_on_revoke": ("false",),
 }
 
 
@@ -119,3 +152,30 @@ def test_bad_constructor_values_raise_value_error_naming_the_parameter(cls, name
     name, value = name_value
     with pytest.raises(ValueError, match=name):
         cls(**{name: value})
+
+
+@pytest.mark.parametrize("cls", [TEPARev, TEPAFull, TEPANoRev])
+def test_a_prior_mean_above_theta_pro_is_refused_naming_the_keys(cls):
+    with pytest.raises(ValueError, match=r"theta_pro=0.4: must be >= the prior mean a0/\(a0\+b0\)=0.5"):
+        cls(theta_pro=0.4)
+    cls(theta_pro=0.5)  # equality is fine: promotion needs m > theta_pro
+
+
+@pytest.mark.parametrize("variant", ["rev", "full"])
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(params=thresholds(), seed=st.integers(0, 2**32 - 1), trial_answers=st.lists(st.booleans(), max_size=7))
+def test_stated_conditions_hold_after_every_update_for_random_thresholds(
+    variant, params, seed, trial_answers
+):
+    """Long dense streams on two values of one key, where transitions follow each other closely."""
+    rng = random.Random(seed)
+    m = build(variant, params, trial_answers)
+    used = []
+    for t in range(150):
+        if rng.random() < 0.6:
+            m.observe(Observation("k", rng.choice("ab"), rng.random() < 0.8, t))
+        elif rng.random() < 0.5:
+            used = m.retrieve(Query("k"))
+        else:
+            m.feedback(used, rng.random() < 0.5, t)
+        check_rules_hold(m)

@@ -1,0 +1,139 @@
+"""What a stream *is*: its identity, and the directory that names it.
+
+A stream's identity is everything that decides its episodes: for env, memory and llm the chosen config
+option and its parameters (not the Python path of the class, so moving a class keeps its runs; the path
+counts only where the user chose it, as with `memory=custom memory._target_=...`), the seed, and the
+fingerprint of the input data when the environment reads data files (its `provenance`). Keys that change
+how a stream runs but not its episodes (`OPERATIONAL`: a backend's timeouts, an environment's data
+folder) are not part of it.
+
+Directories stay readable: `results/runs/<experiment>/<env>/<memory>/seed=<n>/` holds the experiment's
+own configuration (the config composed from the same options, without value overrides). A configuration
+that differs from it gets one more level named by the differing keys, e.g.
+`tepa_rev/llm.lapse=0.5,memory.theta_rev=0.3/seed=0/`, or `cfg-<hash>` when that name would be long or
+unsafe (meta.json records the keys either way). Keys the labels already show (a label that interpolates
+them, as the threshold sweep's does) are left out. So every grid point of any sweep has its own
+directory, decided by the job alone, without knowing the other jobs of the sweep.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, OmegaConf
+
+from runners.config import RunSpec
+
+GROUPS = ("env", "memory", "llm")
+# Settings that change how a stream is run, not its episodes: a rerun that changes only these continues
+# (or skips) the same streams. Backends: how calls are made, not what the model answers. Environments:
+# where files live (the content of data files is fingerprinted instead, see the module docstring).
+OPERATIONAL = {
+    "llm": frozenset({
+        "api_key_env", "cache_path", "max_concurrency", "timeout", "max_retries", "max_failed_calls",
+        "backoff_base", "backoff_max", "retry_after_max", "max_retry_wait", "max_total_tokens", "price_in",
+        "price_out",
+    }),
+    "env": frozenset({"data_dir", "sandbox_dir"}),
+}  # fmt: skip
+_HARNESS_KEYS = frozenset({"label"})  # keys of a component node that configure the harness, not the run
+_SAFE = re.compile(r"[A-Za-z0-9_.=+,-]{1,120}")
+_REFERENCE = re.compile(r"\$\{\s*(\.?[A-Za-z_][\w.]*)\s*\}")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How a run's configuration differs from its experiment's own.
+
+    `name`: the extra directory level ("" for the experiment's own configuration); `overrides`: the
+    differing keys and their values; `options`: the config option chosen per group; `chosen_targets`:
+    the groups whose class the user chose (by `_target_`) rather than by option."""
+
+    name: str = ""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, str] = field(default_factory=dict)
+    chosen_targets: frozenset[str] = frozenset()
+
+
+def variant_of(cfg: DictConfig, choices: Mapping[str, str | None], conf_dir: str) -> Variant:
+    """Compare `cfg` with the config composed from the same options (no value overrides)."""
+    options = {g: str(choices[g]) for g in (*GROUPS, "experiment") if choices.get(g)}
+    base = _compose(tuple(f"{g}={c}" for g, c in options.items()), conf_dir)
+    overrides: dict[str, Any] = {}
+    chosen = set()
+    for group in GROUPS:
+        ours, theirs = _component_values(cfg, group), _component_values(base, group)
+        shown = _label_references(cfg, group)
+        for key in sorted(set(ours) | set(theirs)):
+            if ours.get(key) == theirs.get(key) or key in shown:
+                continue
+            if key == f"{group}._target_":
+                chosen.add(group)
+                if theirs.get(key) == "???":  # the option asks for a class: the label names it
+                    continue
+            overrides[key] = ours.get(key)
+    return Variant(_dirname(overrides), overrides, options, frozenset(chosen))
+
+
+def stream_identity(spec: RunSpec, seed: int, variant: Variant | None, data: Any) -> dict[str, Any]:
+    """Everything that decides one stream's episodes (module docstring)."""
+    identity: dict[str, Any] = {}
+    for group in GROUPS:
+        component = getattr(spec, group)
+        skip = OPERATIONAL.get(group, frozenset())
+        params = {k: v for k, v in component.params.items() if k not in skip}
+        if variant is None or group in variant.chosen_targets or group not in variant.options:
+            head = {"_target_": component.target}
+        else:
+            head = {"option": variant.options[group]}
+        identity[group] = {**head, **params}
+    identity["seed"] = seed
+    if data is not None:
+        identity["data"] = data
+    return identity
+
+
+@functools.lru_cache(maxsize=64)
+def _compose(overrides: tuple[str, ...], conf_dir: str) -> DictConfig:
+    """The config of `overrides` (group options only), inside a running Hydra app or outside one;
+    composed once per process (a launcher's worker runs many jobs with the same options), read only."""
+    if GlobalHydra.instance().is_initialized():
+        return compose(config_name="config", overrides=list(overrides))
+    with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def _component_values(cfg: DictConfig, group: str) -> dict[str, Any]:
+    """A component node's resolved values as dotted keys, without harness and operational keys."""
+    node = OmegaConf.to_container(cfg[group], resolve=True, throw_on_missing=False)
+    assert isinstance(node, dict)
+    skip = _HARNESS_KEYS | OPERATIONAL.get(group, frozenset())
+    return {f"{group}.{k}": v for k, v in node.items() if k not in skip}
+
+
+def _label_references(cfg: DictConfig, group: str) -> set[str]:
+    """The keys a group's label interpolates (`${memory.theta_rev}`, `${.source}`): the label shows them."""
+    raw = OmegaConf.to_container(cfg[group], resolve=False).get("label")
+    if not isinstance(raw, str):
+        return set()
+    return {f"{group}{ref}" if ref.startswith(".") else ref for ref in _REFERENCE.findall(raw)}
+
+
+def _dirname(overrides: Mapping[str, Any]) -> str:
+    """`key=value,...` sorted by key, or `cfg-<hash>` when that is long or not a plain file name."""
+    if not overrides:
+        return ""
+    name = ",".join(f"{k}={_plain(v)}" for k, v in sorted(overrides.items()))
+    return name if _SAFE.fullmatch(name) else "cfg-" + hashlib.sha256(name.encode()).hexdigest()[:12]
+
+
+def _plain(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
