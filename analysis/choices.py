@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
+import itertools
 import json
 import sys
 from collections import Counter
@@ -24,17 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow.parquet as pq
+from omegaconf import OmegaConf
 
 from analysis.load import find_runs, read_meta
 from analysis.tables import markdown_table
-from envs.base import Environment
 from runners.backend import Reply, Request
-from runners.config import RESERVED
-from runners.loop import run_stream
+from runners.config import validate
+from runners.loop import _logged_replies, run_stream
 from runners.prompt import EVIDENCE_LINE, OPTION_LINE
-from runners.registry import require_class
-from tepa.protocol import Memory
+from runners.replay import read_records
 
 BINS = ((0, 0), (1, 3), (4, 10), (11, 20), (21, None))
 RATES = {
@@ -53,30 +51,23 @@ class _Replayer:
     name = "replay"
 
     def __init__(self, rows: Sequence[dict[str, Any]]) -> None:
-        self._rows = iter(rows)
+        self._replies = itertools.chain.from_iterable(map(_logged_replies, rows))
         self.prompts: list[str] = []
 
     async def complete(self, request: Request) -> Reply:
-        row = next(self._rows)
         self.prompts.append(request.messages[-1]["content"])
-        return Reply(row["reply"], error=row["error"] or None)
+        return next(self._replies)
 
     def stats(self) -> dict:
         return {}
 
 
-def _build(node: dict[str, Any], protocol: type) -> Any:
-    target = node["_target_"]
-    module, _, attr = target.rpartition(".")
-    cls = require_class(target, getattr(importlib.import_module(module), attr), protocol)
-    return cls(**{k: v for k, v in node.items() if k not in RESERVED})
-
-
 def replay_prompts(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """A complete stream's episode rows and the user prompt of each decision."""
     meta = read_meta(run_dir)
-    rows = pq.read_table(run_dir / "episodes.parquet").to_pylist()
-    env, memory = _build(meta["config"]["env"], Environment), _build(meta["config"]["memory"], Memory)
+    rows = read_records(run_dir)
+    spec = validate(OmegaConf.create(dict(meta["config"])), {})  # as `runners.replay` rebuilds a stream
+    env, memory = spec.env.build(), spec.memory.build()
     backend = _Replayer(rows)
     try:
         result = asyncio.run(run_stream(env, memory, backend, seed=meta["seed"], labels={}))

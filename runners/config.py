@@ -365,7 +365,7 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
         seeds=seeds,
         results_dir=resolved["results_dir"],
         progress=resolved["progress"],
-        plan=resolved["plan"],
+        plan=bool(resolved.get("plan", False)),  # absent from a logged config (meta.json)
         config=config,
         **components,
     )
