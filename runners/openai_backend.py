@@ -136,10 +136,9 @@ def _is_loopback(url: str) -> bool:
         return False
 
 
-def _parse_completion(body: bytes) -> tuple[str, list[dict] | None, dict]:
-    """(text, first token's top logprobs or None, usage) from a chat completion body.
-
-    A body that is not a chat completion raises _Transient: proxies and overloaded servers produce them."""
+def _first_choice(body: bytes) -> tuple[dict, dict]:
+    """(first choice, usage) of a completion body (chat or text); a body that is not one raises
+    _Transient: proxies and overloaded servers produce them."""
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -147,34 +146,33 @@ def _parse_completion(body: bytes) -> tuple[str, list[dict] | None, dict]:
     choices = data.get("choices") if isinstance(data, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise _Transient("malformed", "response has no choices")
-    message = choices[0].get("message")
+    return choices[0], data.get("usage") if isinstance(data.get("usage"), dict) else {}
+
+
+def _parse_completion(body: bytes) -> tuple[str, list[dict] | None, dict]:
+    """(text, first token's top logprobs or None, usage) from a chat completion body."""
+    choice, usage = _first_choice(body)
+    message = choice.get("message")
     if not isinstance(message, dict):
         raise _Transient("malformed", "choice has no message")
     text = message.get("content") or ""
     if not isinstance(text, str):
         raise _Transient("malformed", "message content is not text")
     top = None
-    logprobs = choices[0].get("logprobs")
+    logprobs = choice.get("logprobs")
     if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list) and logprobs["content"]:
         first = logprobs["content"][0]
         if isinstance(first, dict) and isinstance(first.get("top_logprobs"), list):
             top = first["top_logprobs"]
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     return text, top, usage
 
 
 def _parse_text_completion(body: bytes) -> tuple[dict, dict]:
-    """(first choice, usage) from a /completions body; a body that is not one raises _Transient."""
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise _Transient("malformed", f"body is not JSON ({exc.__class__.__name__})") from None
-    choices = data.get("choices") if isinstance(data, dict) else None
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise _Transient("malformed", "response has no choices")
-    if not isinstance(choices[0].get("text", ""), str):
+    """(first choice, usage) from a /completions body."""
+    choice, usage = _first_choice(body)
+    if not isinstance(choice.get("text", ""), str):
         raise _Transient("malformed", "choice text is not text")
-    return choices[0], data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    return choice, usage
 
 
 class OpenAIBackend:
