@@ -9,8 +9,10 @@ A stream directory `results/runs/<experiment>/<env>/<memory>/seed=<n>/` holds, o
   backend stats, the sha256 and row count of both files above, and `complete: true`. It is written last,
   so its presence marks a complete stream; a rerun trusts it only after `analysis.integrity.verify`.
 
-While a stream runs, each episode is appended (and flushed) to `episodes.partial.jsonl`, whose first
-line is the stream's identity. Lifecycle events are not logged as they happen: a resumed stream
+While a stream runs, each episode is appended to `episodes.partial.jsonl`, whose first line is the
+stream's identity; lines are written in batches (every FLUSH_EVERY episodes or FLUSH_EVERY_S seconds, and
+when the stream stops, however it stops), so a killed process loses at most the last batch, which resume
+asks again. Lifecycle events are not logged as they happen: a resumed stream
 rebuilds them exactly by replay, and writing them twice doubled the cost of fact-heavy streams.
 A killed stream resumes by replaying the valid prefix of its partial log (see `runners.loop.run_stream`),
 so its final files equal those of an uninterrupted run.
@@ -30,9 +32,12 @@ import fcntl
 import hashlib
 import json
 import logging
+import operator
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from json.encoder import c_encode_basestring, c_make_encoder  # type: ignore[attr-defined]
 from pathlib import Path
 from typing import IO, Any
 
@@ -48,6 +53,10 @@ PARTIAL_EPISODES = "episodes.partial.jsonl"
 MAX_LINE_BYTES = 1 << 20
 #: How often a process waiting for another's lock looks again (seconds).
 LOCK_POLL_S = 0.2
+#: The partial log is written every FLUSH_EVERY episodes or FLUSH_EVERY_S seconds, whichever comes first:
+#: one write per episode cost more than running a simulated episode.
+FLUSH_EVERY = 256
+FLUSH_EVERY_S = 0.5
 
 
 def stream_dir(
@@ -72,15 +81,17 @@ def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
     return [] if old == new else [prefix.rstrip(".") or "(everything)"]
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so that readers see the old file or the new one, never a torn one."""
+def atomic_write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
+    """Write `data` to `path` so that readers see the old file or the new one, never a torn one;
+    `durable` also waits until it is on disk (the partial log, never synced later, need not)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -89,12 +100,23 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def episodes_table(records: Sequence[Mapping[str, Any]]) -> pa.Table:
     """The episodes as an Arrow table: columns in first-seen order, values as JSON would carry them
-    (so a record replayed from the partial log and a fresh one give the same table)."""
-    rows = [json.loads(_dumps(r)) for r in records]
+    (so a record replayed from the partial log and a fresh one give the same table). Only values that
+    are not already JSON's own (str, int, float, bool, None) take the JSON round trip: episodes carry
+    plain values, and the round trip per record was most of the cost of writing a stream."""
     columns: dict[str, None] = {}
-    for row in rows:
-        columns.update(dict.fromkeys(row))
-    return pa.table({c: [row.get(c) for row in rows] for c in columns})
+    for record in records:
+        columns.update(dict.fromkeys(record))
+    table = {}
+    for name in columns:
+        key = name if type(name) is str else json.loads(_dumps({name: 0})).popitem()[0]
+        try:
+            values = list(map(operator.itemgetter(name), records))
+        except KeyError:
+            values = [record.get(name) for record in records]
+        if not _PLAIN_TYPES.issuperset(map(type, values)):
+            values = [v if type(v) in _PLAIN_TYPES else json.loads(_dumps(v)) for v in values]
+        table[key] = values
+    return pa.table(table)
 
 
 def parquet_bytes(records: Sequence[Mapping[str, Any]]) -> bytes:
@@ -120,6 +142,8 @@ class StreamLog:
         self.identity = json.loads(_dumps(identity))
         self.fingerprint = fingerprint(self.identity)
         self._episodes: IO[str] | None = None
+        self._pending: list[str] = []  # encoded lines not yet written
+        self._flush_at = 0.0
         self._lock: IO[str] | None = None
 
     # ----- one writer per stream
@@ -251,18 +275,31 @@ class StreamLog:
         tail), then keep it open for `append`."""
         self.dir.mkdir(parents=True, exist_ok=True)
         header = {"fingerprint": self.fingerprint, "identity": self.identity}
-        atomic_write_bytes(self.dir / PARTIAL_EPISODES, jsonl_bytes([header, *replay]))
+        atomic_write_bytes(self.dir / PARTIAL_EPISODES, jsonl_bytes([header, *replay]), durable=False)
         self._episodes = open(self.dir / PARTIAL_EPISODES, "a", encoding="utf-8")
+        self._pending, self._flush_at = [], time.monotonic() + FLUSH_EVERY_S
 
     def append(self, record: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> None:
-        """Log one episode as it finishes (the loop's `on_episode`); flushed, so a kill loses at most
-        the episode being written. `events` are rebuilt by replay on resume (module docstring)."""
+        """Log one episode as it finishes (the loop's `on_episode`), written with its batch (module
+        docstring). `events` are rebuilt by replay on resume."""
         assert self._episodes is not None, "StreamLog.open() first"
-        self._episodes.write(_dumps(record) + "\n")
-        self._episodes.flush()
+        self._pending.append(_dumps(record))
+        if len(self._pending) >= FLUSH_EVERY or time.monotonic() >= self._flush_at:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the episodes appended so far (whole lines only) and hand them to the OS."""
+        if self._episodes is not None and self._pending:
+            self._pending.append("")
+            self._episodes.write("\n".join(self._pending))
+            self._episodes.flush()
+        self._pending = []
+        self._flush_at = time.monotonic() + FLUSH_EVERY_S
 
     def close(self) -> None:
+        """Write what is pending and close the partial log (the run calls it however the stream ends)."""
         if self._episodes is not None:
+            self.flush()
             self._episodes.close()
         self._episodes = None
 
@@ -318,7 +355,11 @@ def _read_line(f: IO[bytes]) -> tuple[bytes | None, bool]:
 
 
 def _dumps(obj: Any, sort_keys: bool = False) -> str:
-    return (_SORTED if sort_keys else _PLAIN).encode(obj)
+    if sort_keys:
+        return _SORTED.encode(obj)
+    if _plain_chunks is None or isinstance(obj, str):
+        return _PLAIN.encode(obj)
+    return "".join(_plain_chunks(obj, 0))
 
 
 def _jsonable(obj: Any) -> Any:
@@ -343,3 +384,11 @@ def _parse(line: bytes) -> dict[str, Any] | None:
 # writing the archive of fact-heavy streams.
 _PLAIN = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_jsonable)
 _SORTED = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_jsonable, sort_keys=True)
+# `_PLAIN.encode` builds its C encoder anew on every call; this one is built once and gives the same text
+# (it skips the check for circular references: records are trees). None where the C encoder is missing.
+_plain_chunks = (
+    c_make_encoder(None, _jsonable, c_encode_basestring, None, ":", ",", False, False, True)
+    if c_make_encoder is not None and c_encode_basestring is not None
+    else None
+)
+_PLAIN_TYPES = frozenset({str, int, float, bool, type(None)})

@@ -17,6 +17,7 @@ from runners.run import CONF_DIR, PROJECT_ROOT, execute
 from runners.runlog import (
     ARCHIVE,
     EPISODES,
+    FLUSH_EVERY,
     META,
     PARTIAL_EPISODES,
     StreamLog,
@@ -143,3 +144,16 @@ def test_completeness_needs_every_file_and_the_mark(tmp_path):
     assert log.is_complete() and sorted(os.listdir(log.dir)) == [ARCHIVE, EPISODES, META]
     (log.dir / ARCHIVE).unlink()
     assert not log.is_complete()
+
+
+def test_the_partial_log_is_written_in_whole_batches_and_completely_on_close(tmp_path, monkeypatch):
+    monkeypatch.setattr("runners.runlog.FLUSH_EVERY_S", 3600.0)  # batches by count only
+    log = StreamLog(tmp_path / "s", {"seed": 0})
+    log.open([])
+    partial = log.dir / PARTIAL_EPISODES
+    for t in range(FLUSH_EVERY + 5):
+        log.append({"t": t}, [])
+    assert partial.read_text().count("\n") == 1 + FLUSH_EVERY  # the header and one whole batch
+    log.close()
+    logged = [json.loads(line)["t"] for line in partial.read_text().splitlines()[1:]]
+    assert logged == list(range(FLUSH_EVERY + 5))

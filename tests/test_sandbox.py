@@ -286,3 +286,16 @@ def test_failure_messages_never_name_the_temp_dir(tmp_path):
     assert "release/a.txt" in str(same.value) and "No such file" in str(missing.value)
     for message in (str(same.value), str(missing.value)):
         assert str(tmp_path) not in message
+
+
+def test_a_memoised_archive_check_ignores_the_gzip_timestamp_but_not_the_content(tmp_path):
+    tool, subject = TOOLS["archive"], "reports"
+    fixture = tool.fixture(subject)
+    assert _run(tool, ((0, 0), "1.0"), subject, tmp_path) is None
+    out = tmp_path / tool.params(subject, tool.conventions[0])["out"]
+    data = out.read_bytes()
+    out.write_bytes(data[:4] + b"\x01\x02\x03\x04" + data[8:])  # another second's tarball of the same files
+    assert tool.verify(Sandbox(tmp_path), subject, fixture, "1.0") is None
+    out.write_bytes(data[: len(data) // 2])  # a truncated one
+    assert tool.verify(Sandbox(tmp_path), subject, fixture, "1.0").startswith("check failed:")
+    assert tool.verify(Sandbox(tmp_path), subject, {**fixture, "reports/x": b"x"}, "1.0") is not None
