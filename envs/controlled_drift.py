@@ -7,8 +7,11 @@ default phases are stable (regime R1) -> full_reversal (every job's action chang
 archived). A changed job moves to an action it has not used in any earlier regime while one is left,
 so a "change" never silently returns to an old regime; only a "return" phase does that.
 
-All jobs share one vocabulary of action names; each task shows them in a freshly shuffled order so that
-a model's position bias cannot stand in for knowledge. The stream never depends on the agent's actions.
+All jobs share one vocabulary of action names (`actions`, default `ACTION_NAMES`; the first `n_actions`
+are used); each task shows them in a freshly shuffled order so that a model's position bias cannot stand
+in for knowledge. The stream never depends on the agent's actions. A real model scored by the
+log-likelihood of an option's text favours names its tokenizer keeps whole, so real-model runs use a
+vocabulary of single-token words (conf/env/controlled_drift_words.yaml).
 """
 
 from __future__ import annotations
@@ -77,13 +80,17 @@ class ControlledDrift:
         phase_length: int = 400,
         phases: Sequence[DriftPhase | Mapping[str, Any] | Sequence[Any]] | None = None,
         partial_fraction: float = 0.5,
+        actions: Sequence[str] | None = None,
     ) -> None:
+        vocabulary = ACTION_NAMES if actions is None else _action_names(actions)
         self.n_keys = int_in("n_keys", n_keys, 1)
-        self.n_actions = int_in("n_actions", n_actions, 2, len(ACTION_NAMES))
+        self.n_actions = int_in("n_actions", n_actions, 2)
+        if self.n_actions > len(vocabulary):
+            raise ValueError(f"n_actions must be at most the {len(vocabulary)} action names, got {n_actions}")
         self.phase_length = int_in("phase_length", phase_length, 1)
         self.partial_fraction = fraction("partial_fraction", partial_fraction)
         self.phases = _parse_phases(DEFAULT_PHASES if phases is None else phases, self.phase_length)
-        self._actions = ACTION_NAMES[: self.n_actions]
+        self._actions = tuple(vocabulary[: self.n_actions])
         self._action_set = frozenset(self._actions)
         self._key_set = frozenset(range(self.n_keys))
         self._texts = tuple(f"Job {k}: pick the action that completes it." for k in range(self.n_keys))
@@ -234,6 +241,23 @@ def _parse_phases(phases: Sequence[Any], phase_length: int) -> tuple[DriftPhase,
             f"got {parsed[0].change!r}"
         )
     return tuple(parsed)
+
+
+def _action_names(actions: Any) -> tuple[str, ...]:
+    """A vocabulary: distinct (ignoring case, as replies are matched), non-empty, printable names without
+    surrounding spaces."""
+    if isinstance(actions, str | bytes) or not isinstance(actions, Sequence):
+        raise ValueError(f"actions must be a list of action names, got {_clip(actions)}")
+    seen: set[str] = set()
+    for name in actions:
+        if not isinstance(name, str) or not name or not name.isprintable() or name != name.strip():
+            raise ValueError(
+                f"actions must be non-empty printable names without surrounding spaces, got {_clip(name)}"
+            )
+        if name.lower() in seen:
+            raise ValueError(f"actions must be distinct (ignoring case), got {_clip(name)} twice")
+        seen.add(name.lower())
+    return tuple(actions)
 
 
 def _member(item: Any, items: frozenset) -> bool:

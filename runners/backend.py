@@ -8,12 +8,13 @@ from typing import Protocol, runtime_checkable
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One call: the chat messages (the only thing a model reads), the options' labels for
-    logprob scoring, and the stream's seed (for backends that sample)."""
+    """One call: the chat messages (the only thing a model reads), the options' labels (logprob scoring)
+    and texts (log-likelihood scoring), and the stream's seed (for backends that sample)."""
 
     messages: tuple[dict[str, str], ...]
     seed: int = 0
     labels: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,7 +73,8 @@ class ConfigError(CompactHydraException):
 @dataclass
 class RunConfig:
     """The primary config. `seeds` (a list) wins over `seed` when set: one run covers several seeds,
-    run concurrently. `progress`: None shows a bar only on a terminal."""
+    run concurrently. `progress`: None shows a bar only on a terminal. `plan`: print what the run would
+    cost (`runners.plan`) instead of running it."""
 
     env: Any = MISSING
     memory: Any = MISSING
@@ -83,6 +84,7 @@ class RunConfig:
     seeds: Optional[list[int]] = None  # noqa: UP045 (OmegaConf does not read `X | None` on 3.11)
     results_dir: str = "results"
     progress: Optional[bool] = None  # noqa: UP045
+    plan: bool = False
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -314,6 +316,7 @@ class RunSpec:
     seeds: tuple[int, ...]
     results_dir: str
     progress: bool | None
+    plan: bool
     env: Component
     memory: Component
     llm: Component
@@ -356,12 +359,13 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
     check_dir_name("name", resolved["name"])
     check_results_dir(resolved["results_dir"])
     components = {g: _component(g, resolved[g], choices.get(g)) for g in ("env", "memory", "llm")}
-    config = {k: v for k, v in resolved.items() if k not in ("seed", "seeds")}
+    config = {k: v for k, v in resolved.items() if k not in ("seed", "seeds", "plan")}
     return RunSpec(
         name=resolved["name"],
         seeds=seeds,
         results_dir=resolved["results_dir"],
         progress=resolved["progress"],
+        plan=bool(resolved.get("plan", False)),  # absent from a logged config (meta.json)
         config=config,
         **components,
     )

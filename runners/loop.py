@@ -227,7 +227,9 @@ async def run_stream(
     async def ask(t: Task, evidence: list[Evidence]) -> Reply:
         if logged is not None:
             return next(logged)
-        return await backend.complete(Request(messages=render(t, evidence), seed=seed, labels=labels_for(t)))
+        return await backend.complete(
+            Request(messages=render(t, evidence), seed=seed, labels=labels_for(t), options=t.options)
+        )
 
     next_yield = time.monotonic() + YIELD_EVERY_S
     for task in env.tasks():

@@ -17,9 +17,9 @@ Why it looks the way it does:
   which the run stops (BackendExhausted) and a rerun resumes it; replies longer than `max_reply_chars`
   are cut (and flagged `truncated`); token counts that cannot be true (negative, absurdly large, not
   integers) count as missing.
-- Token counts come from the endpoint's `usage`; when it reports none they are estimated at 4 characters per
-  token plus 4 tokens per message (OpenAI's rule of thumb; tiktoken is not used because it downloads its
-  encodings at run time).
+- Token counts come from the endpoint's `usage`; when it reports none they are counted without a tokenizer
+  (`runners.prompt.count_tokens`: words, digits and symbols, plus 4 tokens per message; tiktoken is not
+  used because it downloads its encodings at run time).
 """
 
 from __future__ import annotations
@@ -40,10 +40,12 @@ from urllib.parse import urlsplit, urlunsplit
 import openai
 
 from runners.backend import BackendExhausted, Reply, Request
-from runners.prompt import estimate_tokens
+from runners.config import ConfigError
+from runners.loglik import NoPromptLogprobs, OptionScore, choose, continuation, option_loglik
+from runners.prompt import ANSWER_CUE, completion_prompt, count_message_tokens, count_tokens
 from runners.response_cache import ResponseCache, cache_key
 
-SCORINGS = ("text", "logprobs")
+SCORINGS = ("text", "logprobs", "loglik")
 MAX_RETRY_AFTER = 120.0  # seconds; a longer Retry-After is treated as this long (then retry_after_max)
 MAX_TOKEN_COUNT = 10**9  # a usage count above this (or below 0) is not a real count
 LOCAL_DUMMY_KEY = "sk-no-key-required"
@@ -134,10 +136,9 @@ def _is_loopback(url: str) -> bool:
         return False
 
 
-def _parse_completion(body: bytes) -> tuple[str, list[dict] | None, dict]:
-    """(text, first token's top logprobs or None, usage) from a chat completion body.
-
-    A body that is not a chat completion raises _Transient: proxies and overloaded servers produce them."""
+def _first_choice(body: bytes) -> tuple[dict, dict]:
+    """(first choice, usage) of a completion body (chat or text); a body that is not one raises
+    _Transient: proxies and overloaded servers produce them."""
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -145,20 +146,33 @@ def _parse_completion(body: bytes) -> tuple[str, list[dict] | None, dict]:
     choices = data.get("choices") if isinstance(data, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise _Transient("malformed", "response has no choices")
-    message = choices[0].get("message")
+    return choices[0], data.get("usage") if isinstance(data.get("usage"), dict) else {}
+
+
+def _parse_completion(body: bytes) -> tuple[str, list[dict] | None, dict]:
+    """(text, first token's top logprobs or None, usage) from a chat completion body."""
+    choice, usage = _first_choice(body)
+    message = choice.get("message")
     if not isinstance(message, dict):
         raise _Transient("malformed", "choice has no message")
     text = message.get("content") or ""
     if not isinstance(text, str):
         raise _Transient("malformed", "message content is not text")
     top = None
-    logprobs = choices[0].get("logprobs")
+    logprobs = choice.get("logprobs")
     if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list) and logprobs["content"]:
         first = logprobs["content"][0]
         if isinstance(first, dict) and isinstance(first.get("top_logprobs"), list):
             top = first["top_logprobs"]
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     return text, top, usage
+
+
+def _parse_text_completion(body: bytes) -> tuple[dict, dict]:
+    """(first choice, usage) from a /completions body."""
+    choice, usage = _first_choice(body)
+    if not isinstance(choice.get("text", ""), str):
+        raise _Transient("malformed", "choice text is not text")
+    return choice, usage
 
 
 class OpenAIBackend:
@@ -167,8 +181,18 @@ class OpenAIBackend:
     `seed=None` sends each request's own seed (streams sample independently at temperature > 0); an int
     pins one seed for every call. `scoring="logprobs"` answers multiple-choice requests (those with
     `labels`) from the first token's log-probabilities and falls back to free text where the endpoint
-    returns none (or rejects the request for them). `cache_path` (a SQLite file) makes reruns free and
-    identical; None disables it.
+    returns none (or rejects the request for them). `scoring="loglik"` talks to `/completions` instead,
+    with the messages as one completion-style prompt (`runners.prompt.completion_prompt`, fit for base
+    models): a multiple-choice request scores every option's text by its summed log-probability
+    (`runners.loglik`; one request per option, sent back to back so that a server that caches the
+    shared prompt prefix reuses it), a free answer is completed up to the end of the line; an endpoint
+    that returns no prompt log-probabilities stops the run with a ConfigError. `cache_path` (a SQLite
+    file) makes reruns free and identical; None disables it.
+
+    `max_total_tokens` caps the tokens (prompt and completion) this backend's new calls may spend: once
+    they are spent the next new call raises BackendExhausted, so the run stops cleanly and a rerun
+    resumes it (cached replies cost nothing). `price_in` / `price_out` (per million prompt / completion
+    tokens) turn the spent tokens into `cost` in `stats()`.
     """
 
     name = "openai"
@@ -193,6 +217,9 @@ class OpenAIBackend:
         retry_after_max: float | None = None,
         max_retry_wait: float = 600.0,
         max_reply_chars: int = 20_000,
+        max_total_tokens: int | None = None,
+        price_in: float = 0.0,
+        price_out: float = 0.0,
     ) -> None:
         _check(urlsplit(base_url).scheme in ("http", "https"), "base_url", base_url, "an http(s) URL")
         _check(bool(model), "model", model, "a model name")
@@ -212,6 +239,7 @@ class OpenAIBackend:
                f"in [0, {MAX_RETRY_AFTER:g}] seconds or None (= backoff_max)")  # fmt: skip
         _check(max_retry_wait >= 0, "max_retry_wait", max_retry_wait, ">= 0 seconds")
         _check(max_reply_chars >= 1, "max_reply_chars", max_reply_chars, ">= 1")
+        check_budget(max_total_tokens, price_in, price_out)
         if not os.environ.get(api_key_env) and not _is_loopback(base_url):
             raise ValueError(
                 f"api_key_env: environment variable {api_key_env} is not set "
@@ -234,6 +262,9 @@ class OpenAIBackend:
         self.retry_after_max = retry_after_max
         self.max_retry_wait = max_retry_wait
         self.max_reply_chars = max_reply_chars
+        self.max_total_tokens = max_total_tokens
+        self.price_in = price_in
+        self.price_out = price_out
         self.cache = ResponseCache(cache_path) if cache_path is not None else None
         self._rng = random.Random()
         self._counts: Counter[str] = Counter()
@@ -287,6 +318,8 @@ class OpenAIBackend:
         }
         if self.scoring == "logprobs":
             params["labels"] = list(request.labels)
+        if self.scoring == "loglik":
+            params["options"] = list(request.options)
         return params
 
     def _seed(self, request: Request) -> int:
@@ -296,6 +329,7 @@ class OpenAIBackend:
         if self._counts["failed_calls"] >= self.max_failed_calls:
             raise BackendExhausted(self._exhausted_message())
         self._counts["calls"] += 1
+        spent = self._counts["prompt_tokens"] + self._counts["completion_tokens"]
         start = time.perf_counter()
         key = None
         if self.cache is not None:
@@ -310,6 +344,10 @@ class OpenAIBackend:
                     cached=True,
                     truncated=hit.truncated,
                 )
+        if self.max_total_tokens is not None and spent >= self.max_total_tokens:
+            raise BackendExhausted(
+                f"llm.max_total_tokens={self.max_total_tokens} spent ({spent} tokens by this run's calls)"
+            )
         try:
             text, prompt_tokens, completion_tokens = await self._answer(request)
         except _CallFailed as exc:
@@ -335,6 +373,8 @@ class OpenAIBackend:
         params: dict = {"temperature": self.temperature, "seed": self._seed(request)}
         if self.top_p is not None:
             params["top_p"] = self.top_p
+        if self.scoring == "loglik":
+            return await self._loglik(request, params)
         spent_prompt = spent_completion = 0
         if self.scoring == "logprobs" and request.labels:
             instruction = {
@@ -352,7 +392,7 @@ class OpenAIBackend:
                     raise
                 top = None  # an endpoint that rejects logprobs: answer in free text
             else:
-                spent_prompt, spent_completion = _usage(usage, probe, text)
+                spent_prompt, spent_completion = _usage(usage, count_message_tokens(probe), text)
             label = pick_label(top or [], request.labels)
             if label is not None:
                 return f"Answer: {label}", spent_prompt, spent_completion
@@ -360,11 +400,56 @@ class OpenAIBackend:
         if self.max_tokens is not None:
             params["max_tokens"] = self.max_tokens
         text, _, usage = await self._call(messages, **params)
-        prompt_tokens, completion_tokens = _usage(usage, messages, text)
+        prompt_tokens, completion_tokens = _usage(usage, count_message_tokens(messages), text)
         return text, spent_prompt + prompt_tokens, spent_completion + completion_tokens
 
-    async def _call(self, messages: list[dict], **params: object) -> tuple[str, list[dict] | None, dict]:
-        """One chat completion, retried on transient failures; raises _CallFailed."""
+    async def _loglik(self, request: Request, params: dict) -> tuple[str, int, int]:
+        """(reply, prompt tokens, completion tokens) by log-likelihood scoring (see the class docstring)."""
+        prefix = completion_prompt(request.messages)
+        if not request.options:
+            if self.max_tokens is not None:
+                params["max_tokens"] = self.max_tokens
+            choice, usage = await self._call_completions(prefix, stop=["\n"], **params)
+            text = str(choice.get("text") or "")
+            prompt_tokens, completion_tokens = _usage(usage, count_tokens(prefix), text)
+            return f"{ANSWER_CUE} {text.strip()}", prompt_tokens, completion_tokens
+        # Sent together, one decision's requests queue back to back (the concurrency limit is first come,
+        # first served), so a server that caches the last prompt evaluates the shared prefix once.
+        prompts = [prefix + continuation(option) for option in request.options]
+        answers = await asyncio.gather(
+            *(self._call_completions(p, echo=True, logprobs=0, max_tokens=1, **params) for p in prompts)
+        )
+        scores: list[OptionScore] = []
+        spent_prompt = spent_completion = 0
+        for prompt, (choice, usage) in zip(prompts, answers, strict=True):
+            try:
+                scores.append(option_loglik(choice, prompt, len(prefix)))
+            except NoPromptLogprobs as exc:
+                raise ConfigError(
+                    f"llm.scoring=loglik: {_public_url(self.base_url)} returns no prompt log-probabilities "
+                    f"({exc}); it needs echo with logprobs on /completions (vLLM, llama-cpp-python with "
+                    "all logits, python -m runners.local_llm), or use llm.scoring=logprobs or text"
+                ) from None
+            used = _usage(usage, count_tokens(prompt), str(choice.get("text") or "")[len(prompt) :])
+            spent_prompt += used[0]
+            spent_completion += used[1]
+        return choose(request.labels, scores), spent_prompt, spent_completion
+
+    async def _call_completions(self, prompt: str, **params: object) -> tuple[dict, dict]:
+        """One text completion (/completions); an endpoint without it (404, 405, 501) is a ConfigError."""
+        try:
+            return await self._call(prompt, completions=True, **params)
+        except _CallFailed as exc:
+            if exc.refused and re.match(r"HTTP (404|405|501)\b", str(exc)):
+                raise ConfigError(
+                    f"llm.scoring=loglik: {_public_url(self.base_url)} has no /completions endpoint "
+                    f"({str(exc)[:80]}); use llm.scoring=logprobs or text"
+                ) from None
+            raise
+
+    async def _call(self, messages: list[dict] | str, completions: bool = False, **params: object) -> tuple:
+        """One chat completion (or, with `completions`, a text completion of the prompt `messages`),
+        retried on transient failures; raises _CallFailed."""
         client, limit = self._session()
         for attempt in range(self.max_retries + 1):
             began = time.monotonic()
@@ -374,11 +459,16 @@ class OpenAIBackend:
                         # another stream's call exhausted the endpoint while this one waited its turn
                         raise BackendExhausted(self._exhausted_message())
                     self._counts["requests"] += 1
-                    raw = await client.chat.completions.with_raw_response.create(
-                        model=self.model, messages=messages, **params
-                    )
+                    if completions:
+                        raw = await client.completions.with_raw_response.create(
+                            model=self.model, prompt=messages, **params
+                        )
+                    else:
+                        raw = await client.chat.completions.with_raw_response.create(
+                            model=self.model, messages=messages, **params
+                        )
                     body = raw.http_response.content
-                return _parse_completion(body)
+                return _parse_text_completion(body) if completions else _parse_completion(body)
             except openai.APIStatusError as exc:
                 status = exc.status_code
                 if not (status in (408, 409, 429) or status >= 500):
@@ -437,6 +527,7 @@ class OpenAIBackend:
     def stats(self) -> dict:
         """Counters for meta.json: calls, HTTP requests, retries and their causes, failures, cache, tokens."""
         counts = self._counts
+        cost = (counts["prompt_tokens"] * self.price_in + counts["completion_tokens"] * self.price_out) / 1e6
         stats = {
             "backend": self.name,
             "model": self.model,
@@ -452,19 +543,45 @@ class OpenAIBackend:
             "logprob_fallbacks": counts["logprob_fallbacks"],
             "prompt_tokens": counts["prompt_tokens"],
             "completion_tokens": counts["completion_tokens"],
+            "cost": round(cost, 6),
         }
         stats.update(self.cache.stats() if self.cache is not None else {"cache_hits": 0, "cache_misses": 0})
         return stats
 
 
-def _usage(usage: Mapping[str, object], messages: Sequence[Mapping[str, str]], text: str) -> tuple[int, int]:
-    """(prompt, completion) tokens from the endpoint's usage; a count that cannot be true is estimated."""
+def _usage(usage: Mapping[str, object], prompt_estimate: int, text: str) -> tuple[int, int]:
+    """(prompt, completion) tokens from the endpoint's usage; a count that cannot be true is estimated
+    (`prompt_estimate` for the prompt, `count_tokens` for the reply)."""
     prompt = usage.get("prompt_tokens")
     completion = usage.get("completion_tokens")
     return (
-        prompt if _plausible(prompt) else estimate_tokens(messages),
-        completion if _plausible(completion) else math.ceil(len(text) / 4),
+        prompt if _plausible(prompt) else prompt_estimate,
+        completion if _plausible(completion) else count_tokens(text),
     )
+
+
+def check_budget(max_total_tokens: int | None, price_in: float, price_out: float) -> None:
+    """The token budget and the prices (per million tokens) are sensible; a ValueError naming the key."""
+    _check(max_total_tokens is None or max_total_tokens >= 1, "max_total_tokens", max_total_tokens,
+           ">= 1 or None (no limit)")  # fmt: skip
+    _check(price_in >= 0, "price_in", price_in, ">= 0 (per million prompt tokens)")
+    _check(price_out >= 0, "price_out", price_out, ">= 0 (per million completion tokens)")
+
+
+def planned_cost(request: Request, scoring: str, max_tokens: int | None) -> tuple[int, int, int]:
+    """(HTTP requests, prompt tokens, completion tokens at most) that answering `request` takes with
+    `scoring`, prompt tokens counted as for an endpoint that reports no usage (`count_tokens`): what
+    `python -m runners.run ... plan=true` adds up before a paid run."""
+    if scoring == "loglik":
+        prefix = completion_prompt(request.messages)
+        if not request.options:
+            return 1, count_tokens(prefix), max_tokens or 0
+        prompts = [prefix + continuation(o) for o in request.options]
+        return len(prompts), sum(map(count_tokens, prompts)), len(prompts)
+    if scoring == "logprobs" and request.labels:
+        instruction = LABEL_INSTRUCTION.format(labels=", ".join(request.labels))
+        return 1, count_message_tokens([*request.messages, {"role": "user", "content": instruction}]), 1
+    return 1, count_message_tokens(request.messages), max_tokens or 0
 
 
 def _plausible(count: object) -> bool:

@@ -22,6 +22,10 @@ SYSTEM_PROMPT = (
     "Pick the option most likely to succeed now."
 )
 HINT_PREFIX = "The session says: "
+LETTER_INSTRUCTION = 'Reply with the letter of one option, as "Answer: X".'
+# A completion-style prompt (a base model, or scoring options by their text) asks for the option itself.
+NAME_INSTRUCTION = "Reply with one option, as it is written."
+ANSWER_CUE = "Answer:"
 NO_MEMORY = "Memory: (empty)"
 LABELS = ascii_uppercase
 # Every character that can end a line for some reader (str.splitlines, Unicode: \r \v \f \x1c-\x1e
@@ -65,7 +69,7 @@ def render(task: Task, evidence: Sequence[Evidence]) -> tuple[dict[str, str], ..
     if task.options:
         lines.append("Options:")
         lines.extend(f"{LABELS[i]}) {one_line(opt)}" for i, opt in enumerate(task.options))
-        lines.append('Reply with the letter of one option, as "Answer: X".')
+        lines.append(LETTER_INSTRUCTION)
     else:
         lines.append('Reply as "Answer: <answer>" with a very concise answer and nothing else.')
     system = task.meta.get("instructions", SYSTEM_PROMPT)
@@ -77,7 +81,33 @@ def labels_for(task: Task) -> tuple[str, ...]:
     return tuple(LABELS[: len(task.options)])
 
 
+def completion_prompt(messages: Sequence[dict[str, str]]) -> str:
+    """The chat messages as one completion-style text, for base models and option log-likelihood scoring:
+    the contents in order, separated by blank lines, asking for the option as written instead of its
+    letter, ending with the answer cue. An option is then scored as the continuation `" " + option`."""
+    text = "\n\n".join(m["content"] for m in messages)
+    return f"{text.replace(LETTER_INSTRUCTION, NAME_INSTRUCTION)}\n{ANSWER_CUE}"
+
+
 def estimate_tokens(messages: Sequence[dict[str, str]]) -> int:
-    """Prompt-size estimate for backends that report no usage: about four characters per token
-    (the usual rule of thumb for English BPE vocabularies), plus four tokens per message header."""
+    """The simulated reader's prompt size: about four characters per token (the usual rule of thumb
+    for English BPE vocabularies), plus four tokens per message header. Kept as it is so that simulated
+    logs stay comparable; `count_tokens` is closer for real tokenizers."""
     return sum(len(m["content"]) // 4 + 4 for m in messages)
+
+
+# A word with its leading space, a digit, another symbol with its leading space, a whitespace character.
+_TOKEN = re.compile(r" ?[A-Za-z]+|\d| ?[^\sA-Za-z\d]|\s")
+
+
+def count_tokens(text: str) -> int:
+    """Tokens of `text` without a tokenizer: pieces split as BPE and SentencePiece vocabularies split
+    English prompts like these (common words whole, digits one by one, quotes and brackets apart). On
+    the harness's prompts it is within 3% of SmolLM2's and Gemma 3's tokenizers, where four characters
+    per token is 5% to 30% off (memory lines are dense in digits and symbols)."""
+    return len(_TOKEN.findall(text))
+
+
+def count_message_tokens(messages: Sequence[dict[str, str]]) -> int:
+    """`count_tokens` over chat messages, plus four tokens per message header."""
+    return sum(count_tokens(m["content"]) + 4 for m in messages)

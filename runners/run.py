@@ -41,6 +41,7 @@ from runners.backend import BackendExhausted
 from runners.config import ConfigError, RunSpec, validate
 from runners.identity import Variant, stream_identity, variant_of
 from runners.loop import ReplayMismatch, replay_problem, run_stream
+from runners.plan import plan
 from runners.preflight import check_command_line
 from runners.runlog import PARTIAL_EPISODES, StreamLog, differences, partial_summary, stream_dir
 
@@ -104,8 +105,12 @@ class RunSummary:
 
 def execute(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSummary:
     """Validate a composed config and run it (`choices`: the selected group options, for labels and
-    the stream directories). SIGINT and SIGTERM stop it with `RunInterrupted`."""
+    the stream directories). SIGINT and SIGTERM stop it with `RunInterrupted`. With `plan=true`, print
+    its plan instead (`runners.plan`) and run nothing."""
     spec = validate(cfg, choices)
+    if spec.plan:
+        print(plan(spec).describe(f"{spec.name} {spec.env.label} {spec.memory.label}"), flush=True)
+        return RunSummary(())
     variant = variant_of(cfg, choices, str(CONF_DIR))
     return run_interruptible(run_spec(spec, variant))
 
@@ -372,7 +377,8 @@ def main(cfg: DictConfig) -> None:
         if hydra_cfg.mode == RunMode.RUN:
             _exit_now(exc)
         raise
-    log.info(summary.describe())
+    if summary.streams:  # a plan ran nothing
+        log.info(summary.describe())
 
 
 def _exit_now(exc: RunInterrupted) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -37,6 +37,38 @@ def completion(
     return body
 
 
+def echoed(body: dict, favour: str = "", usage: bool = False) -> dict:
+    """A /completions body for an echo-with-logprobs request, as vLLM returns it: the prompt split into
+    whitespace-led tokens, each scored -1 per character, except that a token containing `favour`
+    scores 0 (so the option named `favour` is the likeliest); one generated token " x"."""
+    prompt = body["prompt"]
+    tokens, offsets, start = [], [], 0
+    for i, ch in enumerate(prompt):
+        if i > start and ch in " \n":
+            tokens.append(prompt[start:i])
+            offsets.append(start)
+            start = i
+    tokens += [prompt[start:], " x"]
+    offsets += [start, len(prompt)]
+    scores = [0.0 if favour and favour in t else -float(len(t)) for t in tokens]
+    scores[0] = None
+    choice = {
+        "index": 0,
+        "text": prompt + " x",
+        "logprobs": {
+            "tokens": tokens,
+            "token_logprobs": scores,
+            "text_offset": offsets,
+            "top_logprobs": None,
+        },
+        "finish_reason": "length",
+    }
+    answer: dict = {"id": "stub", "object": "text_completion", "model": "stub", "choices": [choice]}
+    if usage:
+        answer["usage"] = {"prompt_tokens": len(tokens) - 1, "completion_tokens": 1}
+    return answer
+
+
 @dataclass
 class StubReply:
     status: int = 200
@@ -52,10 +84,13 @@ class StubServer:
     def __init__(self) -> None:
         self.script: deque[StubReply] = deque()
         self.requests: list[dict] = []
+        self.paths: list[str] = []
         self.headers: list[dict[str, str]] = []
         self.in_flight = self.max_in_flight = 0
         self._lock = threading.Lock()
         self.default = StubReply()
+        # When set, answers every request that the script does not (from the request body).
+        self.respond: Callable[[dict], dict] | None = None
         self._stop = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
@@ -91,8 +126,14 @@ class StubServer:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with stub._lock:
                     stub.requests.append(json.loads(body))
+                    stub.paths.append(self.path)
                     stub.headers.append({k.lower(): v for k, v in self.headers.items()})
-                    reply = stub.script.popleft() if stub.script else stub.default
+                    if stub.script:
+                        reply = stub.script.popleft()
+                    elif stub.respond is not None:
+                        reply = StubReply(body=stub.respond(stub.requests[-1]))
+                    else:
+                        reply = stub.default
                     stub.in_flight += 1
                     stub.max_in_flight = max(stub.max_in_flight, stub.in_flight)
                 if reply.delay:
@@ -121,12 +162,22 @@ def stub_server() -> Iterator[StubServer]:
     server.stop()
 
 
+def _serve(model: str, n_ctx: int) -> Iterator[str]:
+    try:
+        require_local_llm(model)
+    except LocalLLMUnavailable as exc:
+        pytest.skip(f"local-llm extra not installed ({exc})")
+    with local_llm_server(n_ctx=n_ctx, model=model) as base_url:
+        yield base_url
+
+
 @pytest.fixture(scope="session")
 def llm_server() -> Iterator[str]:
     """The base_url of a real SmolLM2 llama.cpp server, started once per test session."""
-    try:
-        require_local_llm()
-    except LocalLLMUnavailable as exc:
-        pytest.skip(f"local-llm extra not installed ({exc})")
-    with local_llm_server(n_ctx=4096) as base_url:
-        yield base_url
+    yield from _serve("smollm2", 4096)
+
+
+@pytest.fixture(scope="session")
+def gemma_server() -> Iterator[str]:
+    """The base_url of a real Gemma 3 270M server (runners.llama_server), started once per test session."""
+    yield from _serve("gemma3", 2048)

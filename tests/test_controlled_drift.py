@@ -195,3 +195,39 @@ def test_bad_arguments_name_the_parameter(kwargs, name):
 def test_bad_seed_names_the_parameter():
     with pytest.raises(ValueError, match="^seed"):
         ControlledDrift().reset(-1)
+
+
+WORDS = ("red", "blue", "green", "gold")
+
+
+def test_a_configured_vocabulary_renames_the_actions_and_leaves_the_stream_as_it_was():
+    renamed = {old: new for old, new in zip(ACTION_NAMES, WORDS, strict=False)}
+    default = [
+        (k, text, phase, t, tuple(renamed[o] for o in options), hint, renamed[correct])
+        for k, text, phase, t, options, hint, correct in signature(list(make(5, n_actions=4).tasks()))
+    ]
+    assert signature(list(make(5, n_actions=4, actions=list(WORDS)).tasks())) == default
+    env = make(5, n_actions=2, actions=list(WORDS))  # the first n_actions names
+    assert {o for t in env.tasks() for o in t.options} == {"red", "blue"}
+    assert env.trial(precedent(0, env._regimes[0][0]), "support")
+
+
+def test_the_default_vocabulary_given_explicitly_changes_nothing():
+    assert signature(list(make(2, actions=list(ACTION_NAMES)).tasks())) == signature(list(make(2).tasks()))
+
+
+@pytest.mark.parametrize(
+    ("actions", "message"),
+    [
+        (["red", "Red", "blue"], "distinct"),
+        (["red", "", "blue"], "non-empty"),
+        (["red", " blue", "green"], "surrounding spaces"),
+        (["red", "blue\ngreen", "gold"], "printable"),
+        (["red", 3, "blue"], "non-empty"),
+        ("red,blue,green", "a list of action names"),
+        (["red", "blue"], "n_actions must be at most the 2 action names, got 3"),
+    ],
+)
+def test_a_bad_vocabulary_is_refused_naming_the_parameter(actions, message):
+    with pytest.raises(ValueError, match=rf"^(actions|n_actions) .*{message}|^{message}"):
+        ControlledDrift(actions=actions)

@@ -18,10 +18,10 @@ from runners.openai_backend import (
     BackendExhausted,
     OpenAIBackend,
     backoff_delay,
-    estimate_tokens,
     parse_retry_after,
     pick_label,
 )
+from runners.prompt import count_message_tokens, estimate_tokens
 
 SENTINEL = "sk-test-SENTINEL-0123456789abcdef"
 MESSAGES = (
@@ -138,7 +138,7 @@ def test_reply_carries_usage_or_an_estimate(stub_server):
     )
     reported, estimated = run(make(stub_server, max_concurrency=1), request(0), request(1))
     assert (reported.text, reported.prompt_tokens, reported.completion_tokens) == ("Answer: C", 11, 3)
-    assert estimated.prompt_tokens == estimate_tokens(MESSAGES) and estimated.completion_tokens == 3
+    assert estimated.prompt_tokens == count_message_tokens(MESSAGES) and estimated.completion_tokens == 3
     assert reported.latency > 0 and not reported.cached
     sent = stub_server.requests[0]
     assert sent["temperature"] == 0 and sent["max_tokens"] == 64 and sent["seed"] == 0
