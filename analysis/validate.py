@@ -51,12 +51,20 @@ def check_options(window: int, tolerance: float, out: Path) -> None:
         raise ValueError(f"--window {window}: must be an integer >= 1")
     if not (math.isfinite(tolerance) and tolerance >= 0):
         raise ValueError(f"--tolerance {tolerance}: must be a finite number >= 0")
+    problem = unwritable(out)
+    if problem:
+        raise ValueError(f"--out {out}: {problem}")
+
+
+def unwritable(folder: str | os.PathLike[str]) -> str | None:
+    """Why `folder` is not a directory this process can write (it is created if missing), or None."""
     try:
-        os.makedirs(out, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as exc:
-        raise ValueError(f"--out {out}: not a writable directory ({exc.strerror})") from None
+        return f"not a writable directory ({exc.strerror})"
+    return None
 
 
 def check_reference(reference: str | None, methods: Collection[str]) -> None:

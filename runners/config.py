@@ -25,9 +25,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
-import os
 import re
-import tempfile
 import types
 import typing
 from collections.abc import Mapping
@@ -39,6 +37,7 @@ from hydra.errors import CompactHydraException
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from analysis.validate import unwritable
 from envs.base import Environment
 from runners.backend import Backend
 from runners.registry import protocol_members, require_class
@@ -446,12 +445,9 @@ def check_results_dir(value: Any) -> None:
     before Hydra or a run writes anything there, so the failure is one line, not a traceback."""
     if not isinstance(value, str) or not value or "\x00" in value:
         raise ConfigError(f"results_dir={value!r}: must be a directory path")
-    try:
-        os.makedirs(value, exist_ok=True)
-        with tempfile.TemporaryFile(dir=value):
-            pass
-    except OSError as exc:
-        raise ConfigError(f"results_dir={value}: not a writable directory ({exc.strerror})") from None
+    problem = unwritable(value)
+    if problem:
+        raise ConfigError(f"results_dir={value}: {problem}")
 
 
 def _check_schema(group: str, schema: type[MemoryConfig], node: dict[str, Any]) -> dict[str, Any]:
