@@ -31,6 +31,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 from runners.config import RunSpec
+from runners.registry import HARNESS_KEYS
 
 GROUPS = ("env", "memory", "llm")
 # Settings that change how a stream is run, not its episodes: a rerun that changes only these continues
@@ -44,7 +45,6 @@ OPERATIONAL = {
     }),
     "env": frozenset({"data_dir", "sandbox_dir"}),
 }  # fmt: skip
-_HARNESS_KEYS = frozenset({"label"})  # keys of a component node that configure the harness, not the run
 _SAFE = re.compile(r"[A-Za-z0-9_.=+,-]{1,120}")
 _REFERENCE = re.compile(r"\$\{\s*(\.?[A-Za-z_][\w.]*)\s*\}")
 
@@ -115,7 +115,7 @@ def _component_values(cfg: DictConfig, group: str) -> dict[str, Any]:
     """A component node's resolved values as dotted keys, without harness and operational keys."""
     node = OmegaConf.to_container(cfg[group], resolve=True, throw_on_missing=False)
     assert isinstance(node, dict)
-    skip = _HARNESS_KEYS | OPERATIONAL.get(group, frozenset())
+    skip = HARNESS_KEYS | OPERATIONAL.get(group, frozenset())
     return {f"{group}.{k}": v for k, v in node.items() if k not in skip}
 
 
