@@ -35,7 +35,7 @@ from typing import Any
 
 from analysis.integrity import META, read_meta, verify
 from runners import bench_agent, bench_memory
-from runners.registry import build_memory, memory_names
+from runners.registry import build_memory
 from runners.run import PROJECT_ROOT
 
 # The Makefile's `reproduce` recipe: these experiments through the joblib launcher, then the analysis.
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = lambda msg: None)
 
     def memory_ops() -> dict[str, Any]:
         stream = bench_memory.make_stream(n_observations=args.observations, n_keys=args.keys)
-        factories = {name: (lambda name=name: build_memory(name)) for name in memory_names()}
+        factories = {name: (lambda name=name: build_memory(name)) for name in bench_agent.PAPER_MEMORIES}
         return {
             "observations": stream.n_observations,
             "decisions": stream.n_decisions,

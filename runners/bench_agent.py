@@ -19,19 +19,18 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 
+from analysis.metrics import sorted_methods
 from envs.base import Outcome, Task
 from runners.bench_memory import median
 from runners.config import ConfigError, RunSpec, validate
 from runners.loop import run_stream
+from runners.registry import swept_memories
 from runners.run import CONF_DIR, run_spec
 
-# The memory config of each method in an environment's paper experiment (memoryagentbench runs TEPA-Rev
-# with its stated-fact thresholds; conf/experiment/paper_memoryagentbench.yaml).
-PAPER_MEMORIES = (
-    "no_memory", "append_only", "lww", "sliding_window", "reactive", "oracle_reset", "tepa_rev", "tepa_norev",
-    "tepa_full", "tepa_rev_literal",
-)  # fmt: skip
-MAB_MEMORIES = ("no_memory", "append_only", "lww", "tepa_norev", "tepa_rev_facts")
+# The memory config of each method in an environment's paper experiment, in table order (memoryagentbench
+# runs TEPA-Rev with its stated-fact thresholds; conf/experiment/paper_memoryagentbench.yaml).
+PAPER_MEMORIES = tuple(sorted_methods(swept_memories("paper_controlled")))
+MAB_MEMORIES = tuple(swept_memories("paper_memoryagentbench"))
 
 
 def make_spec(*overrides: str) -> RunSpec:
