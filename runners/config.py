@@ -36,9 +36,9 @@ from hydra.errors import CompactHydraException
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from analysis.validate import unwritable
+from analysis.data.validate import unwritable
 from envs.base import Environment
-from runners.backend import Backend
+from runners.llm.backend import Backend
 from runners.registry import HARNESS_KEYS, import_target, protocol_members, require_class
 from tepa.protocol import Memory
 

@@ -5,8 +5,8 @@ from shared_data import DATA_DIR
 
 from envs.base import Environment
 from envs.controlled_drift import ControlledDrift
-from envs.executable_drift import ExecutableDrift
-from envs.memoryagentbench import MemoryAgentBench
+from envs.executable_drift.env import ExecutableDrift
+from envs.memoryagentbench.env import MemoryAgentBench
 from envs.preference_stream import PreferenceStream
 
 DATA = str(DATA_DIR)
