@@ -8,6 +8,8 @@ import sys
 import textwrap
 
 import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 
 from baselines import LastWriteWins, SlidingWindow
 from runners.registry import MEMORY_DIR, build_memory, memory_entry, memory_names
@@ -125,3 +127,11 @@ def test_building_one_method_imports_only_its_own_module():
     others |= {"tepa.tepa_full", "tepa.tepa_rev", "tepa.tepa_norev", "tepa.lifecycle"}
     assert not loaded & others, loaded & others
     assert not any(m.startswith(("envs", "analysis")) for m in loaded)
+
+
+def test_an_entry_builds_inside_a_running_hydra_app_and_leaves_it_as_it_was():
+    with initialize_config_dir(config_dir=str(MEMORY_DIR.parent), version_base="1.3"):
+        memory_entry.cache_clear()
+        assert build_memory("tepa_norev").name == "tepa_norev"
+        assert GlobalHydra.instance().is_initialized()
+        assert compose("config", overrides=["memory=lww"]).memory._target_ == "baselines.lww.LastWriteWins"
