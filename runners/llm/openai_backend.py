@@ -35,6 +35,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 from urllib.parse import urlsplit, urlunsplit
 
 import openai
@@ -196,6 +197,11 @@ class OpenAIBackend:
     """
 
     name = "openai"
+    operational: ClassVar[frozenset[str]] = frozenset({
+        "api_key_env", "cache_path", "max_concurrency", "timeout", "max_retries", "max_failed_calls",
+        "backoff_base", "backoff_max", "retry_after_max", "max_retry_wait", "max_total_tokens", "price_in",
+        "price_out",
+    })  # fmt: skip
 
     def __init__(
         self,

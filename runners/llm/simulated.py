@@ -30,6 +30,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
 from runners.agent.prompt import EVIDENCE_LINE, HINT_PREFIX, LABELS, OPTION_LINE, STEP_LINE, estimate_tokens
 from runners.llm.backend import Reply, Request
@@ -43,6 +44,7 @@ class SimulatedBackend:
     w_hint: float = 3.0
     half_life: float = 1000.0
     name: str = "simulated"
+    operational: ClassVar[frozenset[str]] = frozenset()  # no calls, nothing to tune
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.lapse <= 1.0:
