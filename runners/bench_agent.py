@@ -17,13 +17,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from hydra import compose, initialize_config_dir
-
 from envs.base import Outcome, Task
 from runners.bench_memory import median
-from runners.config import ConfigError, RunSpec, validate
+from runners.compose import compose_spec
+from runners.config import ConfigError, RunSpec
 from runners.loop import run_stream
-from runners.run import CONF_DIR, run_spec
+from runners.run import run_spec
 
 # The memory config of each method in an environment's paper experiment (memoryagentbench runs TEPA-Rev
 # with its stated-fact thresholds; conf/experiment/paper_memoryagentbench.yaml).
@@ -32,13 +31,6 @@ PAPER_MEMORIES = (
     "tepa_full", "tepa_rev_literal",
 )  # fmt: skip
 MAB_MEMORIES = ("no_memory", "append_only", "lww", "tepa_norev", "tepa_rev_facts")
-
-
-def make_spec(*overrides: str) -> RunSpec:
-    """A validated run spec from conf/ with Hydra overrides, as the command line would compose it."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
-    return validate(cfg, cfg.hydra.runtime.choices)
 
 
 def _run(spec: RunSpec, seed: int, env: Any = None) -> list[dict[str, Any]]:
@@ -75,7 +67,7 @@ def prompt_footprint(
         raise ValueError(f"tail must be between 1 and episodes={episodes}, got {tail!r}")
     out = {}
     for memory in memories:
-        spec = make_spec("env=controlled_drift", f"env.phase_length={episodes // 4}", f"memory={memory}")
+        spec = compose_spec(["env=controlled_drift", f"env.phase_length={episodes // 4}", f"memory={memory}"])
         means, tails = [], []
         for seed in seeds:
             tokens = [r["prompt_tokens"] for r in _run(spec, seed)]
@@ -110,7 +102,7 @@ def end_to_end(
             try:
                 extra = tuple(overrides.get(env, ()))
                 specs = [
-                    make_spec(f"env={env}", f"memory={m}", f"seed={seed}", "progress=false", *extra)
+                    compose_spec([f"env={env}", f"memory={m}", f"seed={seed}", "progress=false", *extra])
                     for m in memories
                 ]
                 probe = specs[0].env.build()  # fail early; warms a data loader's cache for every timing alike
@@ -202,10 +194,12 @@ def scaling(
     tokens: dict[str, list[float]] = {}
     for size in sizes:
         phase_length = math.ceil((size + window) / 4)
-        spec = make_spec("env=controlled_drift", f"env.phase_length={phase_length}")
+        spec = compose_spec(["env=controlled_drift", f"env.phase_length={phase_length}"])
         env = _Replayed(spec.env.build(), size, window, seed=seed)  # one history for every method
         for memory in memories:
-            spec = make_spec("env=controlled_drift", f"env.phase_length={phase_length}", f"memory={memory}")
+            spec = compose_spec(
+                ["env=controlled_drift", f"env.phase_length={phase_length}", f"memory={memory}"]
+            )
             per_rep, tok = [], 0.0
             for _ in range(repeats):
                 stamps: list[float] = []

@@ -46,16 +46,14 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from hydra import compose, initialize_config_dir
 from tqdm import tqdm
 
 from analysis.paper import lookup
-from runners.config import validate
+from runners.compose import compose_spec
 from runners.loop import run_stream
 from runners.registry import build_memory
 from runners.simulated import SimulatedBackend
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 OVERALL = "overall"  # the phase label of "every episode of the stream"
 LAPSE_PRIOR = 0.05
 CALIBRATION_METHODS = ("no_memory", "oracle_reset")
@@ -213,14 +211,12 @@ def load_defaults(envs: Iterable[str], methods: Iterable[str]) -> Defaults:
     """Compose and validate conf/ for each environment and each method, as a run would."""
     env: dict[str, tuple[type, dict[str, Any]]] = {}
     memory: dict[str, dict[str, Any]] = {}
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        reader = dict(validate(compose("config", ["llm=simulated"]), {}).llm.params)
-        for name in envs:
-            spec = validate(compose("config", [f"env={name}"]), {"env": name})
-            env[name] = (spec.env.cls, dict(spec.env.params))
-        for name in methods:
-            spec = validate(compose("config", [f"memory={name}"]), {"memory": name})
-            memory[name] = dict(spec.memory.params)
+    reader = dict(compose_spec(["llm=simulated"]).llm.params)
+    for name in envs:
+        spec = compose_spec([f"env={name}"])
+        env[name] = (spec.env.cls, dict(spec.env.params))
+    for name in methods:
+        memory[name] = dict(compose_spec([f"memory={name}"]).memory.params)
     return Defaults(env=env, memory=memory, reader=reader)
 
 

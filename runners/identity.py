@@ -26,10 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
+from runners.compose import compose_config
 from runners.config import RunSpec
 
 GROUPS = ("env", "memory", "llm")
@@ -105,10 +104,7 @@ def stream_identity(spec: RunSpec, seed: int, variant: Variant | None, data: Any
 def _compose(overrides: tuple[str, ...], conf_dir: str) -> DictConfig:
     """The config of `overrides` (group options only), inside a running Hydra app or outside one;
     composed once per process (a launcher's worker runs many jobs with the same options), read only."""
-    if GlobalHydra.instance().is_initialized():
-        return compose(config_name="config", overrides=list(overrides))
-    with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
+    return compose_config(overrides, conf_dir)
 
 
 def _component_values(cfg: DictConfig, group: str) -> dict[str, Any]:

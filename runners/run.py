@@ -38,6 +38,7 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from runners.backend import BackendExhausted
+from runners.compose import CONF_DIR, PROJECT_ROOT
 from runners.config import ConfigError, RunSpec, validate
 from runners.identity import Variant, stream_identity, variant_of
 from runners.loop import ReplayMismatch, replay_problem, run_stream
@@ -50,8 +51,6 @@ log = logging.getLogger(__name__)
 # plugins' own names, which Hydra 1.3 still merges with the plugins' schemas but warns about.
 warnings.filterwarnings("ignore", message=r"(?s).*validated against ConfigStore schema", category=UserWarning)
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-CONF_DIR = PROJECT_ROOT / "conf"  # absolute, so that it resolves the same from `-m`, the script and workers
 #: Seconds after SIGINT / SIGTERM before a run that has not stopped yet is interrupted outright.
 STOP_GRACE_S = 1.0
 VERSIONED = ("tepa-harness", "hydra-core", "omegaconf", "numpy", "pandas", "pyarrow", "openai", "tqdm")
