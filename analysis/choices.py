@@ -70,7 +70,9 @@ def replay_prompts(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
     env, memory = spec.env.build(), spec.memory.build()
     backend = _Replayer(rows)
     try:
-        result = asyncio.run(run_stream(env, memory, backend, seed=meta["seed"], labels={}))
+        result = asyncio.run(
+            run_stream(env, memory, backend, seed=meta["seed"], labels={}, max_episodes=spec.max_episodes)
+        )
     finally:
         getattr(env, "close", lambda: None)()
     if [r["action"] for r in result.records] != [r["action"] for r in rows]:

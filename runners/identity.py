@@ -2,18 +2,20 @@
 
 A stream's identity is everything that decides its episodes: for env, memory and llm the chosen config
 option and its parameters (not the Python path of the class, so moving a class keeps its runs; the path
-counts only where the user chose it, as with `memory=custom memory._target_=...`), the seed, and the
-fingerprint of the input data when the environment reads data files (its `provenance`). Keys that change
-how a stream runs but not its episodes (`OPERATIONAL`: a backend's timeouts, an environment's data
-folder) are not part of it.
+counts only where the user chose it, as with `memory=custom memory._target_=...`), the seed, a
+truncation (`max_episodes`, when set: a truncated stream is never the full one), and the fingerprint
+of the input data when the environment reads data files (its `provenance`). Keys that change how a
+stream runs but not its episodes (`OPERATIONAL`: a backend's timeouts, an environment's data folder)
+are not part of it.
 
 Directories stay readable: `results/runs/<experiment>/<env>/<memory>/seed=<n>/` holds the experiment's
 own configuration (the config composed from the same options, without value overrides). A configuration
 that differs from it gets one more level named by the differing keys, e.g.
-`tepa_rev/llm.lapse=0.5,memory.theta_rev=0.3/seed=0/`, or `cfg-<hash>` when that name would be long or
-unsafe (meta.json records the keys either way). Keys the labels already show (a label that interpolates
-them, as the threshold sweep's does) are left out. So every grid point of any sweep has its own
-directory, decided by the job alone, without knowing the other jobs of the sweep.
+`tepa_rev/llm.lapse=0.5,memory.theta_rev=0.3/seed=0/` or `tepa_rev/max_episodes=5/seed=0/`, or
+`cfg-<hash>` when that name would be long or unsafe (meta.json records the keys either way). Keys the
+labels already show (a label that interpolates them, as the threshold sweep's does) are left out. So
+every grid point of any sweep has its own directory, decided by the job alone, without knowing the
+other jobs of the sweep.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from runners.compose import compose_config
 from runners.config import RunSpec
 
 GROUPS = ("env", "memory", "llm")
+# Top-level keys that change a stream's episodes (`max_episodes` truncates it): part of its identity.
+RUN_KEYS = ("max_episodes",)
 # Settings that change how a stream is run, not its episodes: a rerun that changes only these continues
 # (or skips) the same streams. Backends: how calls are made, not what the model answers. Environments:
 # where files live (the content of data files is fingerprinted instead, see the module docstring).
@@ -79,6 +83,9 @@ def variant_of(cfg: DictConfig, choices: Mapping[str, str | None], conf_dir: str
                 if theirs.get(key) == "???":  # the option asks for a class: the label names it
                     continue
             overrides[key] = ours.get(key)
+    for key in RUN_KEYS:
+        if cfg.get(key) != base.get(key):
+            overrides[key] = cfg.get(key)
     return Variant(_dirname(overrides), overrides, options, frozenset(chosen))
 
 
@@ -95,6 +102,9 @@ def stream_identity(spec: RunSpec, seed: int, variant: Variant | None, data: Any
             head = {"option": variant.options[group]}
         identity[group] = {**head, **params}
     identity["seed"] = seed
+    for key in RUN_KEYS:
+        if getattr(spec, key) is not None:  # unset keys leave the identity of existing runs as it was
+            identity[key] = getattr(spec, key)
     if data is not None:
         identity["data"] = data
     return identity

@@ -86,7 +86,9 @@ def plan(spec: RunSpec) -> Plan:
     for seed in spec.seeds:
         env, memory = spec.env.build(), spec.memory.build()
         try:
-            result = asyncio.run(run_stream(env, memory, dry, seed=seed, labels={}))
+            result = asyncio.run(
+                run_stream(env, memory, dry, seed=seed, labels={}, max_episodes=spec.max_episodes)
+            )
         finally:
             close = getattr(env, "close", None)
             if close is not None:

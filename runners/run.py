@@ -173,7 +173,7 @@ async def run_spec(spec: RunSpec, variant: Variant | None = None) -> RunSummary:
         backend = spec.llm.build()
         enabled = spec.progress if spec.progress is not None else sys.stderr.isatty()
         desc = f"{spec.name} {spec.env.label} {spec.memory.label}"
-        total = _total([env for env, _ in parts.values()])
+        total = _total([env for env, _ in parts.values()], spec.max_episodes)
         with tqdm(total=total, desc=desc, unit="ep", disable=not enabled, dynamic_ncols=True) as bar:
             results = await asyncio.gather(
                 *(_stream(spec, seed, parts[seed], backend, variant, bar) for seed in spec.seeds),
@@ -211,7 +211,7 @@ async def _stream(
     try:
         if slog.is_complete():
             slog.discard_partial()
-            _skip_in(bar, env)
+            _skip_in(bar, env, spec.max_episodes)
             return StreamOutcome(slog.dir, seed, skipped=True)
         _note_other_partial_logs(slog, directory.parent.parent if name else directory.parent)
         replay = _until_failed_call(slog.replay(replay_problem))
@@ -257,11 +257,11 @@ def _rebuild(spec: RunSpec, part: list[Any]) -> None:
     part[:] = [spec.env.build(), spec.memory.build()]
 
 
-def _skip_in(bar: tqdm, env: Any) -> None:
+def _skip_in(bar: tqdm, env: Any, max_episodes: int | None) -> None:
     """Take a skipped stream's episodes out of the progress bar's total."""
     if bar.total is not None:
         try:
-            bar.total -= len(env)
+            bar.total -= _total([env], max_episodes)
         except TypeError:
             return
         bar.refresh()
@@ -291,6 +291,7 @@ async def _run_one(
             replay=replay,
             on_episode=slog.append,
             progress=bar,
+            max_episodes=spec.max_episodes,
         )
     finally:
         slog.close()
@@ -323,10 +324,10 @@ def _until_failed_call(replay: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return replay
 
 
-def _total(envs: list[Any]) -> int | None:
+def _total(envs: list[Any], max_episodes: int | None) -> int | None:
     """Episodes in all streams, when every environment knows its length (`len(env)`)."""
     try:
-        return sum(len(env) for env in envs)
+        return sum(min(len(env), max_episodes or len(env)) for env in envs)
     except TypeError:
         return None
 
