@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from shared_data import DATA_DIR
 
 from runners import bench, bench_agent, bench_memory
 from runners.registry import build_memory
 from tepa.evidence import Evidence
 from tepa.tepa_full import TEPAFull
+from tests.helpers.shared_data import DATA_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = str(DATA_DIR)

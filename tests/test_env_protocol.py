@@ -1,13 +1,13 @@
 """Every environment follows the one protocol and knows its length (progress bars use it)."""
 
 import pytest
-from shared_data import DATA_DIR
 
 from envs.base import Environment
 from envs.controlled_drift import ControlledDrift
 from envs.executable_drift import ExecutableDrift
 from envs.memoryagentbench import MemoryAgentBench
 from envs.preference_stream import PreferenceStream
+from tests.helpers.shared_data import DATA_DIR
 
 DATA = str(DATA_DIR)
 

@@ -5,11 +5,11 @@ import shutil
 from types import SimpleNamespace
 
 import pytest
-from shared_data import DATA_DIR
 
 from envs.base import Environment
 from envs.mab_data import CONFLICT_FILE
 from envs.memoryagentbench import QUERY_TEMPLATE, MemoryAgentBench, approx_tokens
+from tests.helpers.shared_data import DATA_DIR
 
 
 @pytest.fixture(scope="module")

@@ -1,19 +1,15 @@
-"""Fixtures for the LLM backend tests: a scripted stub endpoint (unit tests) and the real local server.
-
-Test modules import the fixtures they use from here (tests/conftest.py is shared)."""
+"""A scripted loopback endpoint for the LLM backend tests (the `stub_server` fixture), and the bodies it
+answers with: chat completions as OpenAI and llama.cpp return them, echoed prompts with log-probabilities
+as vLLM returns them."""
 
 from __future__ import annotations
 
 import json
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-import pytest
-
-from runners.local_llm import LocalLLMUnavailable, local_llm_server, require_local_llm
 
 
 def completion(
@@ -78,8 +74,9 @@ class StubReply:
 
 
 class StubServer:
-    """A loopback endpoint that answers POSTs from a script of StubReply (then a default completion) and
-    records every request body (and header set) it received and the most requests it held at once."""
+    """A loopback endpoint that answers POSTs from a script of StubReply (then `respond`, then a default
+    completion) and records every request body, path and header set it received and the most requests
+    it held at once."""
 
     def __init__(self) -> None:
         self.script: deque[StubReply] = deque()
@@ -89,8 +86,9 @@ class StubServer:
         self.in_flight = self.max_in_flight = 0
         self._lock = threading.Lock()
         self.default = StubReply()
-        # When set, answers every request that the script does not (from the request body).
-        self.respond: Callable[[dict], dict] | None = None
+        # When set, answers every request that the script does not: from the request body (its headers
+        # are `headers[-1]`), a body or a whole StubReply.
+        self.respond: Callable[[dict], dict | StubReply] | None = None
         self._stop = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
@@ -131,7 +129,8 @@ class StubServer:
                     if stub.script:
                         reply = stub.script.popleft()
                     elif stub.respond is not None:
-                        reply = StubReply(body=stub.respond(stub.requests[-1]))
+                        answer = stub.respond(stub.requests[-1])
+                        reply = answer if isinstance(answer, StubReply) else StubReply(body=answer)
                     else:
                         reply = stub.default
                     stub.in_flight += 1
@@ -153,31 +152,3 @@ class StubServer:
                     self.close_connection = True  # the client gave up (a timeout test)
 
         return Handler
-
-
-@pytest.fixture
-def stub_server() -> Iterator[StubServer]:
-    server = StubServer().start()
-    yield server
-    server.stop()
-
-
-def _serve(model: str, n_ctx: int) -> Iterator[str]:
-    try:
-        require_local_llm(model)
-    except LocalLLMUnavailable as exc:
-        pytest.skip(f"local-llm extra not installed ({exc})")
-    with local_llm_server(n_ctx=n_ctx, model=model) as base_url:
-        yield base_url
-
-
-@pytest.fixture(scope="session")
-def llm_server() -> Iterator[str]:
-    """The base_url of a real SmolLM2 llama.cpp server, started once per test session."""
-    yield from _serve("smollm2", 4096)
-
-
-@pytest.fixture(scope="session")
-def gemma_server() -> Iterator[str]:
-    """The base_url of a real Gemma 3 270M server (runners.llama_server), started once per test session."""
-    yield from _serve("gemma3", 2048)

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from hydra import compose, initialize_config_dir
 
-from runners.run import CONF_DIR, PROJECT_ROOT, execute
+from runners.run import PROJECT_ROOT
+from tests.helpers.runner import run_overrides
 
 SENTINEL = "sk-test-SENTINEL-0123456789abcdef"
 TINY = ("env.phase_length=2",)  # controlled drift: 4 phases x 2 = 8 episodes
@@ -27,11 +27,7 @@ def cli(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.
 
 def run(results: Path, *overrides: str):
     """The runner in process (validate, build, run every stream) on a tiny controlled-drift stream."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(
-            "config", overrides=[f"results_dir={results}", *TINY, *overrides], return_hydra_config=True
-        )
-    return execute(cfg, cfg.hydra.runtime.choices)
+    return run_overrides(f"results_dir={results}", *TINY, *overrides)
 
 
 def one_line_error(proc: subprocess.CompletedProcess) -> str:
