@@ -5,11 +5,12 @@ as vLLM returns them."""
 from __future__ import annotations
 
 import json
-import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.helpers.loopback import LoopbackServer, send
 
 
 def completion(
@@ -73,82 +74,49 @@ class StubReply:
     delay: float = 0.0
 
 
-class StubServer:
+class StubServer(LoopbackServer):
     """A loopback endpoint that answers POSTs from a script of StubReply (then `respond`, then a default
     completion) and records every request body, path and header set it received and the most requests
     it held at once."""
 
+    url_path = "/v1"
+
     def __init__(self) -> None:
+        super().__init__()
         self.script: deque[StubReply] = deque()
         self.requests: list[dict] = []
         self.paths: list[str] = []
         self.headers: list[dict[str, str]] = []
         self.in_flight = self.max_in_flight = 0
-        self._lock = threading.Lock()
         self.default = StubReply()
         # When set, answers every request that the script does not: from the request body (its headers
         # are `headers[-1]`), a body or a whole StubReply.
         self.respond: Callable[[dict], dict | StubReply] | None = None
-        self._stop = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
     def push(self, *replies: StubReply) -> None:
         self.script.extend(replies)
 
-    def start(self) -> StubServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
-
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                with stub._lock:
-                    stub.requests.append(json.loads(body))
-                    stub.paths.append(self.path)
-                    stub.headers.append({k.lower(): v for k, v in self.headers.items()})
-                    if stub.script:
-                        reply = stub.script.popleft()
-                    elif stub.respond is not None:
-                        answer = stub.respond(stub.requests[-1])
-                        reply = answer if isinstance(answer, StubReply) else StubReply(body=answer)
-                    else:
-                        reply = stub.default
-                    stub.in_flight += 1
-                    stub.max_in_flight = max(stub.max_in_flight, stub.in_flight)
-                if reply.delay:
-                    stub._stop.wait(reply.delay)
-                with stub._lock:
-                    stub.in_flight -= 1
-                payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
-                try:
-                    self.send_response(reply.status)
-                    self.send_header("Content-Type", "application/json")
-                    for name, value in reply.headers.items():
-                        self.send_header(name, value)
-                    self.send_header("Content-Length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-                except (BrokenPipeError, ConnectionResetError):
-                    self.close_connection = True  # the client gave up (a timeout test)
-
-        return Handler
+    def handle(self, request: BaseHTTPRequestHandler) -> None:
+        if request.command != "POST":
+            send(request, 405, {}, b"")
+            return
+        body = request.rfile.read(int(request.headers.get("Content-Length") or 0))
+        with self._lock:
+            self.requests.append(json.loads(body))
+            self.paths.append(request.path)
+            self.headers.append({k.lower(): v for k, v in request.headers.items()})
+            if self.script:
+                reply = self.script.popleft()
+            elif self.respond is not None:
+                answer = self.respond(self.requests[-1])
+                reply = answer if isinstance(answer, StubReply) else StubReply(body=answer)
+            else:
+                reply = self.default
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        if reply.delay:
+            self._stop.wait(reply.delay)
+        with self._lock:
+            self.in_flight -= 1
+        payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+        send(request, reply.status, {"Content-Type": "application/json", **reply.headers}, payload)
