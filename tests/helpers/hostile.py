@@ -14,7 +14,7 @@ from runners.run import PROJECT_ROOT
 from tests.helpers.runner import run_overrides
 
 SENTINEL = "sk-test-SENTINEL-0123456789abcdef"
-TINY = ("env.phase_length=2",)  # controlled drift: 4 phases x 2 = 8 episodes
+TINY = ("max_episodes=8",)  # every stream stops after 8 episodes
 
 
 def cli(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
