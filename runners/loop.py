@@ -211,12 +211,11 @@ async def run_stream(
     replay: Sequence[dict[str, Any]] = (),
     on_episode: Callable[[dict[str, Any], list[dict[str, Any]]], None] | None = None,
     progress: Any = None,
-    max_episodes: int | None = None,
+    max_episodes: int | None = None,  # stop after that many episodes (None: the whole stream)
 ) -> StreamResult:
-    """Run one (environment, memory, seed) stream to the end, or to its `max_episodes`-th episode, and
-    return its episode records and lifecycle events. `on_episode(record, events)` sees each new (not
-    replayed) episode as it ends, so the caller can log it for resume; see the module docstring for
-    `replay`."""
+    """Run one (environment, memory, seed) stream to the end and return its episode records and
+    lifecycle events. `on_episode(record, events)` sees each new (not replayed) episode as it ends, so
+    the caller can log it for resume; see the module docstring for `replay`."""
     env.reset(seed)
     if hasattr(memory, "set_trial"):
         memory.set_trial(env.trial)
