@@ -7,9 +7,6 @@ through `python -m runners.run -m`, as a user types it."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -19,10 +16,11 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import get_class
 
-from runners.compose import CONF_DIR, PROJECT_ROOT, compose_config
+from runners.compose import CONF_DIR, compose_config
 from runners.openai_backend import OpenAIBackend
 from runners.runlog import EPISODES, META
 from tests.conftest import TINY_EPISODES
+from tests.helpers.runner import cli
 from tests.helpers.shared_data import require_data
 
 EXPERIMENTS = sorted(path.stem for path in (CONF_DIR / "experiment").glob("*.yaml"))
@@ -84,13 +82,9 @@ def test_every_experiment_runs_tiny(experiment, tiny_run, capsys, monkeypatch):
 def test_an_experiment_runs_tiny_as_a_multirun_from_the_command_line(tmp_path):
     experiment = "paper_controlled"
     sweep = tiny_sweep(experiment)
-    proc = subprocess.run(
-        [
-            sys.executable, "-m", "runners.run", "-m", f"experiment={experiment}", *sweep, "seeds=[0]",
-            f"max_episodes={TINY_EPISODES}", f"results_dir={tmp_path}", "progress=false",
-        ],
-        capture_output=True, text=True, cwd=tmp_path, timeout=300,
-        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+    proc = cli(
+        tmp_path, "-m", f"experiment={experiment}", *sweep, "seeds=[0]", f"max_episodes={TINY_EPISODES}",
+        f"results_dir={tmp_path}", "progress=false", timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     done = streams(tmp_path / "runs" / experiment)

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from runners.config import ConfigError
-from tests.helpers.hostile import TINY, cli, one_line_error, run
+from tests.helpers.hostile import TINY, one_line_error, run
+from tests.helpers.runner import cli
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.hostile import SENTINEL, TINY, cli, files_containing, one_line_error, run
+from tests.helpers.hostile import SENTINEL, TINY, files_containing, one_line_error, run
+from tests.helpers.runner import cli
 from tests.helpers.stub_server import StubReply, completion
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from runners.registry import build_memory
-from tests.helpers.hostile import TINY, cli, one_line_error
+from tests.helpers.hostile import TINY, one_line_error
+from tests.helpers.runner import cli
 
 
 def test_a_function_as_memory_target_is_refused_and_never_called(tmp_path):

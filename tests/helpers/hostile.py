@@ -3,26 +3,15 @@ in process, and a search for a secret in every file a run leaves (Parquet decode
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from runners.run import PROJECT_ROOT
 from tests.helpers.runner import run_overrides
 
 SENTINEL = "sk-test-SENTINEL-0123456789abcdef"
 TINY = ("max_episodes=8",)  # every stream stops after 8 episodes
-
-
-def cli(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """`python -m runners.run ARGS` in `cwd`, as a user types it."""
-    return subprocess.run(
-        [sys.executable, "-m", "runners.run", *args], capture_output=True, text=True, cwd=cwd, timeout=120,
-        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT), **(env or {})},
-    )  # fmt: skip
 
 
 def run(results: Path, *overrides: str):
