@@ -14,8 +14,8 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from runners.backend import BackendExhausted, Request
-from runners.openai_backend import OpenAIBackend
+from runners.llm.backend import BackendExhausted, Request
+from runners.llm.openai_backend import OpenAIBackend
 from runners.run import PROJECT_ROOT, RunStopped
 from runners.runlog import EPISODES, META, PARTIAL_EPISODES
 from tests.helpers.runner import run_overrides

@@ -4,8 +4,8 @@ import pytest
 
 from envs.base import Environment
 from envs.controlled_drift import ControlledDrift
-from envs.executable_drift import ExecutableDrift
-from envs.memoryagentbench import MemoryAgentBench
+from envs.executable_drift.env import ExecutableDrift
+from envs.memoryagentbench.env import MemoryAgentBench
 from envs.preference_stream import PreferenceStream
 from tests.helpers.shared_data import DATA_DIR
 

@@ -17,7 +17,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import get_class
 
 from runners.compose import CONF_DIR, compose_config
-from runners.openai_backend import OpenAIBackend
+from runners.llm.openai_backend import OpenAIBackend
 from runners.runlog import EPISODES, META
 from tests.conftest import TINY_EPISODES
 from tests.helpers.runner import cli

@@ -11,9 +11,9 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from runners.backend import BackendExhausted, Request
-from runners.openai_backend import OpenAIBackend
-from runners.response_cache import ResponseCache
+from runners.llm.backend import BackendExhausted, Request
+from runners.llm.openai_backend import OpenAIBackend
+from runners.llm.response_cache import ResponseCache
 from tests.helpers.hostile import run
 from tests.helpers.stub_server import StubReply, StubServer, completion
 from tests.test_openai_backend import run as ask

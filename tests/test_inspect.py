@@ -11,10 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from analysis.inspect import main
-from runners.backend import Reply, Request
-from runners.replay import replay_decision
+from runners.agent.replay import replay_decision
+from runners.llm.backend import Reply, Request
+from runners.llm.simulated import SimulatedBackend
 from runners.run import PROJECT_ROOT
-from runners.simulated import SimulatedBackend
 from tests.helpers.runner import run_overrides
 
 

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from runners.backend import Request
-from runners.local_llm import MODEL_ALIAS
-from runners.openai_backend import OpenAIBackend
+from runners.llm.backend import Request
+from runners.llm.local_llm import MODEL_ALIAS
+from runners.llm.openai_backend import OpenAIBackend
 from tests.helpers.fault_proxy import FaultProxy, FaultRates
 
 pytestmark = pytest.mark.llm

@@ -5,12 +5,8 @@ import asyncio
 
 import pytest
 
-from runners.backend import BackendExhausted, Request
-from runners.config import ConfigError
-from runners.loglik import NoPromptLogprobs, OptionScore, choose, option_loglik
-from runners.openai_backend import OpenAIBackend
-from runners.parse import parse_choice
-from runners.prompt import (
+from runners.agent.parse import parse_choice
+from runners.agent.prompt import (
     ANSWER_CUE,
     LETTER_INSTRUCTION,
     NAME_INSTRUCTION,
@@ -18,6 +14,10 @@ from runners.prompt import (
     count_message_tokens,
     count_tokens,
 )
+from runners.config import ConfigError
+from runners.llm.backend import BackendExhausted, Request
+from runners.llm.loglik import NoPromptLogprobs, OptionScore, choose, option_loglik
+from runners.llm.openai_backend import OpenAIBackend
 from tests.helpers.stub_server import StubReply, completion, echoed
 
 OPTIONS = ("red", "blue", "green")

@@ -5,8 +5,8 @@ import urllib.error
 
 import pytest
 
-from envs import mab_data
-from envs.mab_data import (
+from envs.memoryagentbench import data as mab_data
+from envs.memoryagentbench.data import (
     DATA_DIR_ENV,
     DataNotFoundError,
     load_conflict_resolution,

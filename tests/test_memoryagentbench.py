@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 from envs.base import Environment
-from envs.mab_data import CONFLICT_FILE
-from envs.memoryagentbench import QUERY_TEMPLATE, MemoryAgentBench, approx_tokens
+from envs.memoryagentbench.data import CONFLICT_FILE
+from envs.memoryagentbench.env import QUERY_TEMPLATE, MemoryAgentBench, approx_tokens
 from tests.helpers.shared_data import DATA_DIR
 
 

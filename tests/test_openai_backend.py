@@ -9,8 +9,9 @@ import time
 
 import pytest
 
-from runners.backend import Backend, Request
-from runners.openai_backend import (
+from runners.agent.prompt import count_message_tokens, estimate_tokens
+from runners.llm.backend import Backend, Request
+from runners.llm.openai_backend import (
     MAX_RETRY_AFTER,
     BackendExhausted,
     OpenAIBackend,
@@ -18,7 +19,6 @@ from runners.openai_backend import (
     parse_retry_after,
     pick_label,
 )
-from runners.prompt import count_message_tokens, estimate_tokens
 from tests.helpers.fault_proxy import FaultProxy, FaultRates
 from tests.helpers.stub_server import StubReply, completion
 

@@ -18,10 +18,10 @@ import pandas as pd
 import pytest
 
 from analysis.__main__ import main as analysis_main
-from analysis.integrity import file_record
-from analysis.load import load_runs
+from analysis.data.integrity import file_record
+from analysis.data.load import load_runs
 from envs.controlled_drift import ControlledDrift
-from runners import bench
+from runners.bench import suite as bench
 from runners.run import PROJECT_ROOT, RunSummary
 from runners.runlog import ARCHIVE, EPISODES, META, PARTIAL_EPISODES, StreamLog
 from tests.helpers.runner import run_overrides
