@@ -1,7 +1,7 @@
 """The agent loop: one loop for every environment, memory method and backend.
 
 retrieve -> render -> backend -> parse -> execute -> observe / feedback -> one record per episode.
-A multi-hop question (`meta["hops"]`) is answered hop by hop: each hop retrieves by (entity, relation),
+A multi-hop question (`Task.multi_hop`) is answered hop by hop: each hop retrieves by (entity, relation),
 asks the model, and the answer becomes the next hop's entity.
 
 While streams run, the garbage collector leaves alone what existed before (`_QuietCollector`).
@@ -31,7 +31,7 @@ from runners.backend import Backend, Reply, Request
 from runners.parse import parse_choice, parse_free
 from runners.prompt import labels_for, render
 from tepa.evidence import Evidence, Query
-from tepa.protocol import Memory
+from tepa.protocol import EventMemory, Memory, TrialMemory
 
 COUNTERS = ("promotions", "revocations", "repromotions", "trials", "trial_passes")
 # Young-generation collection threshold while streams run (CPython's default: 700).
@@ -178,17 +178,18 @@ class _Decision:
 async def _decide(task: Task, memory: Memory, ask: Callable[[Task, list[Evidence]], Any]) -> _Decision:
     """Retrieve, ask and parse: once, or hop by hop for a multi-hop question."""
     d = _Decision()
-    if not task.meta.get("hops"):
+    chain = task.multi_hop
+    if chain is None:
         d.evidence = memory.retrieve(Query(key=task.key, text=task.text, t=task.t))
         reply = await ask(task, d.evidence)
         d.replies.append(reply)
         d.action, d.parse_ok = _act(task, reply)
         return d
-    entity, *relations = task.meta["hops"]
-    meta = {"instructions": task.meta["instructions"]} if "instructions" in task.meta else {}
-    for relation, template in zip(relations, task.meta["hop_questions"], strict=True):
+    entity = chain.subject
+    for relation, template in zip(chain.relations, chain.questions, strict=True):
         key = (entity, relation)
-        sub = Task(key=key, text=template.replace("[X]", entity), phase=task.phase, t=task.t, meta=meta)
+        text = template.replace("[X]", entity)
+        sub = Task(key=key, text=text, phase=task.phase, t=task.t, instructions=task.instructions)
         evidence = memory.retrieve(Query(key=key, text=sub.text, t=sub.t))
         d.evidence.extend(evidence)
         reply = await ask(sub, evidence)
@@ -216,10 +217,10 @@ async def run_stream(
     lifecycle events. `on_episode(record, events)` sees each new (not replayed) episode as it ends, so
     the caller can log it for resume; see the module docstring for `replay`."""
     env.reset(seed)
-    if hasattr(memory, "set_trial"):
+    if isinstance(memory, TrialMemory):
         memory.set_trial(env.trial)
     boundaries = dict(env.phase_boundaries)
-    drain = getattr(memory, "drain_events", None)
+    drain = memory.drain_events if isinstance(memory, EventMemory) else None
     result = StreamResult()
     pending: list[dict[str, Any]] = []  # events of ingest steps, logged with the next episode
     logged: Iterator[Reply] | None = None  # the current episode's logged replies, when it is replayed
