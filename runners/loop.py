@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from analysis.record import COUNTERS, STATE_COUNTS, TYPES, EpisodeRecord
 from envs.base import Environment, Task
 from runners.backend import Backend, Reply, Request
 from runners.parse import parse_choice, parse_free
@@ -33,7 +34,6 @@ from runners.prompt import labels_for, render
 from tepa.evidence import Evidence, Query
 from tepa.protocol import EventMemory, Memory, TrialMemory
 
-COUNTERS = ("promotions", "revocations", "repromotions", "trials", "trial_passes")
 # Young-generation collection threshold while streams run (CPython's default: 700).
 STREAM_GC_THRESHOLD = 20_000
 
@@ -41,11 +41,11 @@ STREAM_GC_THRESHOLD = 20_000
 #: Seconds a stream runs before it lets the event loop in: other streams, and a cancellation (SIGINT,
 #: SIGTERM), get their turn at least this often, also with a backend that answers without waiting.
 YIELD_EVERY_S = 0.05
-#: The fields of a logged episode that replay reads, and their JSON types.
+#: The fields of a logged episode that replay reads, and their JSON types (a float may read as an int).
 _REPLAYED = {
-    "t": (int,), "action": (str,), "reply": (str,), "prompt_tokens": (int,), "completion_tokens": (int,),
-    "latency": (int, float), "cached": (bool,),
-}  # fmt: skip
+    name: (int, float) if TYPES[name] is float else (TYPES[name],)
+    for name in ("t", "action", "reply", "prompt_tokens", "completion_tokens", "latency", "cached")
+}
 
 
 class ReplayMismatch(RuntimeError):
@@ -257,31 +257,26 @@ async def run_stream(
         snap = memory.snapshot()
         last = d.replies[-1]
         hops = d.replies if len(d.replies) > 1 else None  # totals over hops; one reply is its own total
-        rec = {
-            **labels,
-            "seed": seed,
-            "t": task.t,
-            "phase": task.phase,
-            "key": "" if task.key is None else str(task.key),
-            "action": d.action,
-            "correct": task.correct or "",
-            "success": bool(outcome.success),
-            "parse_ok": d.parse_ok,
-            "reply": last.text,
-            "hop_replies": json.dumps([r.text for r in hops]) if hops else "",
-            "error": last.error or "",
-            "n_evidence": len(d.evidence),
-            "prompt_tokens": sum(r.prompt_tokens for r in hops) if hops else last.prompt_tokens,
-            "completion_tokens": sum(r.completion_tokens for r in hops) if hops else last.completion_tokens,
-            "cached": all(r.cached for r in hops) if hops else bool(last.cached),
-            "truncated": any(r.truncated for r in hops) if hops else bool(last.truncated),
-            "latency": sum(r.latency for r in hops) if hops else last.latency,
-            "hypothesis": int(snap.get("hypothesis", 0)),
-            "active": int(snap.get("active", 0)),
-            "revoked": int(snap.get("revoked", 0)),
-        }
-        for counter in COUNTERS:
-            rec[counter] = int(snap.get(counter, 0))
+        rec = EpisodeRecord(
+            seed=seed,
+            t=task.t,
+            phase=task.phase,
+            key="" if task.key is None else str(task.key),
+            action=d.action,
+            correct=task.correct or "",
+            success=bool(outcome.success),
+            parse_ok=d.parse_ok,
+            reply=last.text,
+            hop_replies=json.dumps([r.text for r in hops]) if hops else "",
+            error=last.error or "",
+            n_evidence=len(d.evidence),
+            prompt_tokens=sum(r.prompt_tokens for r in hops) if hops else last.prompt_tokens,
+            completion_tokens=sum(r.completion_tokens for r in hops) if hops else last.completion_tokens,
+            cached=all(r.cached for r in hops) if hops else bool(last.cached),
+            truncated=any(r.truncated for r in hops) if hops else bool(last.truncated),
+            latency=sum(r.latency for r in hops) if hops else last.latency,
+            **{name: int(snap.get(name, 0)) for name in (*STATE_COUNTS, *COUNTERS)},
+        ).row(labels)
         if i < len(replay) and (replay[i]["t"], replay[i]["action"]) != (rec["t"], rec["action"]):
             raise ReplayMismatch(
                 f"episode {i}: logged (t={replay[i]['t']}, action={replay[i]['action']!r}) but replay gave "
