@@ -9,7 +9,8 @@ through the calls the agent loop makes (observe, retrieve, feedback, phase bound
 - the same calls on a fresh instance give the same retrievals, snapshots and events (resumed runs
   replay a stream and must end where an uninterrupted one does);
 - the optional hooks keep their contracts: `drain_events` returns a list of dicts with `t` and `event`
-  and hands out each event once; `set_trial` is given a trial function before the first call.
+  and hands out each event once (a memory with `set_trial` is first given `trial`, a stand-in for
+  the environment's).
 """
 
 from __future__ import annotations
@@ -59,14 +60,18 @@ def check_stream(
     again = _trace(memory_factory(), ops, trial)
     for i, (a, b) in enumerate(zip(first, again, strict=True)):
         if a != b:
+            part = next(name for name, x, y in zip(_TRACED, a, b, strict=True) if x != y)
             _fail(
-                "determinism",
-                f"the same calls on a fresh instance differ at call {i} ({ops[i][0]}): {a!r} != {b!r}",
+                "determinism", f"the same calls on a fresh instance differ at call {i} ({ops[i][0]}): {part}"
             )
 
 
+#: What `_trace` records after every call.
+_TRACED = ("what retrieve returned", "the snapshot", "the drained events")
+
+
 def _trace(memory: Memory, ops: Sequence[Op], trial: TrialFn) -> list[tuple[Any, ...]]:
-    """Run `ops` on `memory`, checking each result; what every call returned, and the snapshot."""
+    """Run `ops` on `memory`, checking each result; after every call, the _TRACED values."""
     missing = missing_members(memory, Memory)
     if missing:
         _fail(
