@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from shared_data import DATA_DIR
 
-from envs import EnvCheckError, Environment, EnvironmentBase, Outcome, Task, check_env
+from envs import EnvCheckError, Environment, EnvironmentBase, MultiHop, Outcome, Task, check_env
 from envs.controlled_drift import ControlledDrift
 from envs.executable_drift import ExecutableDrift
 from envs.memoryagentbench import MemoryAgentBench
@@ -161,3 +161,11 @@ def test_the_config_check_names_what_a_custom_environment_lacks_in_one_line():
     with pytest.raises(ConfigError, match=r"^env._target_='mypkg.NoClose': .*\(missing: __len__, close\)$"):
         Component("env", "mypkg.NoClose", NoClose).build()
     assert isinstance(Component("env", "mypkg.Toy", Toy).build(), Toy)  # the base class supplies close
+
+
+def test_a_multi_hop_chain_needs_one_question_per_relation():
+    assert MultiHop("a", ("r1", "r2"), ("[X] r1?", "[X] r2?")).relations == ("r1", "r2")
+    with pytest.raises(ValueError, match=r"^multi_hop: needs one question per relation, got 2 .* and 1 "):
+        MultiHop("a", ("r1", "r2"), ("[X] r1?",))
+    with pytest.raises(ValueError, match="multi_hop"):
+        MultiHop("a", (), ())
