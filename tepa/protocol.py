@@ -1,5 +1,6 @@
-"""The one memory protocol every method implements (TEPA variants and baselines alike), and the two
-optional hooks a method may declare on top of it."""
+"""The one memory protocol every method implements (TEPA variants and baselines alike), the two
+optional hooks a method may declare on top of it, and what an object needs to follow a protocol (the
+config check and the public checkers of memories and environments ask the same question)."""
 
 from __future__ import annotations
 
