@@ -37,9 +37,9 @@ from hydra.errors import CompactHydraException
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from analysis.validate import unwritable
+from analysis.data.validate import unwritable
 from envs.base import Environment
-from runners.backend import Backend
+from runners.llm.backend import Backend
 from runners.registry import protocol_members, require_class
 from tepa.lifecycle import check_rules
 from tepa.protocol import Memory

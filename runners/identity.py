@@ -4,8 +4,8 @@ A stream's identity is everything that decides its episodes: for env, memory and
 option and its parameters (not the Python path of the class, so moving a class keeps its runs; the path
 counts only where the user chose it, as with `memory=custom memory._target_=...`), the seed, and the
 fingerprint of the input data when the environment reads data files (its `provenance`). Keys that change
-how a stream runs but not its episodes (`OPERATIONAL`: a backend's timeouts, an environment's data
-folder) are not part of it.
+how a stream runs but not its episodes (a backend's timeouts, declared by the backend class as its
+`operational` keys; an environment's data folder) are not part of it.
 
 Directories stay readable: `results/runs/<experiment>/<env>/<memory>/seed=<n>/` holds the experiment's
 own configuration (the config composed from the same options, without value overrides). A configuration
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import json
 import re
 from collections.abc import Mapping
@@ -33,17 +34,9 @@ from omegaconf import DictConfig, OmegaConf
 from runners.config import RunSpec
 
 GROUPS = ("env", "memory", "llm")
-# Settings that change how a stream is run, not its episodes: a rerun that changes only these continues
-# (or skips) the same streams. Backends: how calls are made, not what the model answers. Environments:
-# where files live (the content of data files is fingerprinted instead, see the module docstring).
-OPERATIONAL = {
-    "llm": frozenset({
-        "api_key_env", "cache_path", "max_concurrency", "timeout", "max_retries", "max_failed_calls",
-        "backoff_base", "backoff_max", "retry_after_max", "max_retry_wait", "max_total_tokens", "price_in",
-        "price_out",
-    }),
-    "env": frozenset({"data_dir", "sandbox_dir"}),
-}  # fmt: skip
+# Environments' settings that change where files live, not the episodes (the content of data files is
+# fingerprinted instead, see the module docstring). A backend declares its own (`Backend.operational`).
+ENV_OPERATIONAL = frozenset({"data_dir", "sandbox_dir"})
 _HARNESS_KEYS = frozenset({"label"})  # keys of a component node that configure the harness, not the run
 _SAFE = re.compile(r"[A-Za-z0-9_.=+,-]{1,120}")
 _REFERENCE = re.compile(r"\$\{\s*(\.?[A-Za-z_][\w.]*)\s*\}")
@@ -88,7 +81,7 @@ def stream_identity(spec: RunSpec, seed: int, variant: Variant | None, data: Any
     identity: dict[str, Any] = {}
     for group in GROUPS:
         component = getattr(spec, group)
-        skip = OPERATIONAL.get(group, frozenset())
+        skip = _operational(group, component.target)
         params = {k: v for k, v in component.params.items() if k not in skip}
         if variant is None or group in variant.chosen_targets or group not in variant.options:
             head = {"_target_": component.target}
@@ -115,8 +108,22 @@ def _component_values(cfg: DictConfig, group: str) -> dict[str, Any]:
     """A component node's resolved values as dotted keys, without harness and operational keys."""
     node = OmegaConf.to_container(cfg[group], resolve=True, throw_on_missing=False)
     assert isinstance(node, dict)
-    skip = _HARNESS_KEYS | OPERATIONAL.get(group, frozenset())
+    skip = _HARNESS_KEYS | _operational(group, node.get("_target_"))
     return {f"{group}.{k}": v for k, v in node.items() if k not in skip}
+
+
+def _operational(group: str, target: Any) -> frozenset[str]:
+    """Keys of `group` that change how a stream runs, not its episodes: a rerun that changes only these
+    continues (or skips) the same streams."""
+    if group == "env":
+        return ENV_OPERATIONAL
+    if group == "llm" and isinstance(target, str) and "." in target:
+        module, _, name = target.rpartition(".")
+        try:
+            return getattr(importlib.import_module(module), name).operational
+        except (ImportError, AttributeError):  # not a backend: validation names the problem
+            return frozenset()
+    return frozenset()
 
 
 def _label_references(cfg: DictConfig, group: str) -> set[str]:

@@ -37,10 +37,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from runners.backend import BackendExhausted
+from runners.agent.loop import ReplayMismatch, replay_problem, run_stream
 from runners.config import ConfigError, RunSpec, validate
 from runners.identity import Variant, stream_identity, variant_of
-from runners.loop import ReplayMismatch, replay_problem, run_stream
+from runners.llm.backend import BackendExhausted
 from runners.plan import plan
 from runners.preflight import check_command_line
 from runners.runlog import PARTIAL_EPISODES, StreamLog, differences, partial_summary, stream_dir
@@ -119,7 +119,7 @@ def run_interruptible(main: Coroutine[Any, Any, RunSummary]) -> RunSummary:
     """`asyncio.run(main)`, stopped by SIGINT or SIGTERM within a second or two.
 
     The first signal cancels the run: each stream stops at its next episode (the loop yields to the
-    event loop every few milliseconds, see `runners.loop`), its partial log is flushed and closed,
+    event loop every few milliseconds, see `runners.agent.loop`), its partial log is flushed and closed,
     environments close (executable_drift removes its sandbox) and `RunInterrupted` says to rerun. A
     second signal, or a run still busy `STOP_GRACE_S` after the first, raises KeyboardInterrupt at once.
     Outside the main thread (some launchers' workers) signals are left to Python's defaults."""

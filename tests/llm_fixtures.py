@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from runners.local_llm import LocalLLMUnavailable, local_llm_server, require_local_llm
+from runners.llm.local_llm import LocalLLMUnavailable, local_llm_server, require_local_llm
 
 
 def completion(
@@ -179,5 +179,5 @@ def llm_server() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def gemma_server() -> Iterator[str]:
-    """The base_url of a real Gemma 3 270M server (runners.llama_server), started once per test session."""
+    """The base_url of a real Gemma 3 270M server (runners.llm.llama_server), started once per session."""
     yield from _serve("gemma3", 2048)

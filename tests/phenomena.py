@@ -9,9 +9,9 @@ from collections.abc import Callable
 import pandas as pd
 
 from envs.base import Environment
-from runners.loop import run_stream
+from runners.agent.loop import run_stream
+from runners.llm.simulated import SimulatedBackend
 from runners.registry import build_memory, memory_names
-from runners.simulated import SimulatedBackend
 
 
 def run_methods(make_env: Callable[[], Environment], seeds: range, methods: list[str] | None = None):

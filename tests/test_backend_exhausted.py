@@ -17,8 +17,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from llm_fixtures import StubReply, stub_server  # noqa: F401  (a fixture)
 
-from runners.backend import BackendExhausted, Request
-from runners.openai_backend import OpenAIBackend
+from runners.llm.backend import BackendExhausted, Request
+from runners.llm.openai_backend import OpenAIBackend
 from runners.run import CONF_DIR, PROJECT_ROOT, RunStopped, execute
 from runners.runlog import EPISODES, META, PARTIAL_EPISODES
 

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from shared_data import DATA_DIR
 
-from runners import bench, bench_agent, bench_memory
+from runners.bench import agent as bench_agent
+from runners.bench import memory as bench_memory
+from runners.bench import suite as bench
 from runners.registry import build_memory
 from tepa.evidence import Evidence
 from tepa.tepa_full import TEPAFull

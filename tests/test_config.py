@@ -96,7 +96,7 @@ def test_memoryagentbench_label_follows_its_source():
 
 def test_local_llm_points_the_openai_backend_at_llama_cpp():
     cfg = _compose("llm=local")
-    assert cfg.llm._target_ == "runners.openai_backend.OpenAIBackend"
+    assert cfg.llm._target_ == "runners.llm.openai_backend.OpenAIBackend"
     assert cfg.llm.base_url == "http://127.0.0.1:8080/v1" and cfg.llm.model == "smollm2-135m-instruct"
     assert "api_key" not in cfg.llm
 

@@ -12,8 +12,8 @@ from shared_data import DATA_DIR
 
 from envs import EnvCheckError, Environment, EnvironmentBase, MultiHop, Outcome, Task, check_env
 from envs.controlled_drift import ControlledDrift
-from envs.executable_drift import ExecutableDrift
-from envs.memoryagentbench import MemoryAgentBench
+from envs.executable_drift.env import ExecutableDrift
+from envs.memoryagentbench.env import MemoryAgentBench
 from envs.preference_stream import PreferenceStream
 from runners.config import Component, ConfigError
 from runners.registry import require_class

@@ -15,9 +15,9 @@ from hostile import run
 from llm_fixtures import StubReply, StubServer, completion, stub_server  # noqa: F401  (a fixture)
 from test_openai_backend import run as ask
 
-from runners.backend import BackendExhausted, Request
-from runners.openai_backend import OpenAIBackend
-from runners.response_cache import ResponseCache
+from runners.llm.backend import BackendExhausted, Request
+from runners.llm.openai_backend import OpenAIBackend
+from runners.llm.response_cache import ResponseCache
 
 MESSAGES = ({"role": "user", "content": "Key 7: A, B or C?"},)
 

@@ -11,10 +11,10 @@ import pytest
 from llm_fixtures import stub_server  # noqa: F401  (a fixture)
 
 from envs.base import Task
-from runners.backend import Request
-from runners.openai_backend import OpenAIBackend
-from runners.prompt import EVIDENCE_LINE, render
-from runners.simulated import SimulatedBackend
+from runners.agent.prompt import EVIDENCE_LINE, render
+from runners.llm.backend import Request
+from runners.llm.openai_backend import OpenAIBackend
+from runners.llm.simulated import SimulatedBackend
 from tepa.evidence import Evidence
 
 SEPARATORS = ["\n", "\r", "\r\n", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]

@@ -33,7 +33,7 @@ def test_a_class_of_another_kind_is_refused_before_it_is_constructed(tmp_path):
     proc = cli(
         tmp_path, "llm._target_=subprocess.Popen", "+llm.args=[touch,PWNED]", f"results_dir={tmp_path}", *TINY
     )  # fmt: skip
-    assert "does not implement runners.backend.Backend" in one_line_error(proc)
+    assert "does not implement runners.llm.backend.Backend" in one_line_error(proc)
     assert not (tmp_path / "PWNED").exists()
 
 

@@ -12,10 +12,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from analysis.inspect import main
-from runners.backend import Reply, Request
-from runners.replay import replay_decision
+from runners.agent.replay import replay_decision
+from runners.llm.backend import Reply, Request
+from runners.llm.simulated import SimulatedBackend
 from runners.run import CONF_DIR, PROJECT_ROOT, execute
-from runners.simulated import SimulatedBackend
 
 
 class RecordingBackend(SimulatedBackend):

@@ -12,9 +12,9 @@ import pytest
 from fault_proxy import FaultProxy, FaultRates
 from llm_fixtures import llm_server  # noqa: F401  (a fixture)
 
-from runners.backend import Request
-from runners.local_llm import MODEL_ALIAS
-from runners.openai_backend import OpenAIBackend
+from runners.llm.backend import Request
+from runners.llm.local_llm import MODEL_ALIAS
+from runners.llm.openai_backend import OpenAIBackend
 
 pytestmark = pytest.mark.llm
 

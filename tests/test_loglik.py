@@ -7,12 +7,8 @@ import asyncio
 import pytest
 from llm_fixtures import StubReply, completion, echoed, stub_server  # noqa: F401  (a fixture)
 
-from runners.backend import BackendExhausted, Request
-from runners.config import ConfigError
-from runners.loglik import NoPromptLogprobs, OptionScore, choose, option_loglik
-from runners.openai_backend import OpenAIBackend
-from runners.parse import parse_choice
-from runners.prompt import (
+from runners.agent.parse import parse_choice
+from runners.agent.prompt import (
     ANSWER_CUE,
     LETTER_INSTRUCTION,
     NAME_INSTRUCTION,
@@ -20,6 +16,10 @@ from runners.prompt import (
     count_message_tokens,
     count_tokens,
 )
+from runners.config import ConfigError
+from runners.llm.backend import BackendExhausted, Request
+from runners.llm.loglik import NoPromptLogprobs, OptionScore, choose, option_loglik
+from runners.llm.openai_backend import OpenAIBackend
 
 OPTIONS = ("red", "blue", "green")
 MESSAGES = (

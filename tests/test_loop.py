@@ -9,9 +9,9 @@ import pytest
 from baselines.append_only import AppendOnly
 from envs.base import MultiHop, Outcome, Task
 from envs.controlled_drift import ControlledDrift
-from runners.backend import Reply, Request
-from runners.loop import STREAM_GC_THRESHOLD, ReplayMismatch, run_stream
-from runners.simulated import SimulatedBackend
+from runners.agent.loop import STREAM_GC_THRESHOLD, ReplayMismatch, run_stream
+from runners.llm.backend import Reply, Request
+from runners.llm.simulated import SimulatedBackend
 from tepa import Observation
 from tepa.tepa_rev import TEPARev
 

@@ -6,8 +6,8 @@ import urllib.error
 import pytest
 from shared_data import DATA_DIR
 
-from envs import mab_data
-from envs.mab_data import (
+from envs.memoryagentbench import data as mab_data
+from envs.memoryagentbench.data import (
     DATA_DIR_ENV,
     DataNotFoundError,
     load_conflict_resolution,

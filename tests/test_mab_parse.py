@@ -5,14 +5,14 @@ import time
 import pytest
 from shared_data import DATA_DIR
 
-from envs.mab_data import (
+from envs.memoryagentbench.data import (
     FactConsolidationRecord,
     MQuAKETemplates,
     load_conflict_resolution,
     load_mquake_templates,
 )
-from envs.mab_metric import substring_exact_match
-from envs.mab_parse import (
+from envs.memoryagentbench.metric import substring_exact_match
+from envs.memoryagentbench.parse import (
     Fact,
     FactGraph,
     MQuAKEParser,

@@ -8,8 +8,8 @@ import pytest
 from shared_data import DATA_DIR
 
 from envs.base import Environment
-from envs.mab_data import CONFLICT_FILE
-from envs.memoryagentbench import QUERY_TEMPLATE, MemoryAgentBench, approx_tokens
+from envs.memoryagentbench.data import CONFLICT_FILE
+from envs.memoryagentbench.env import QUERY_TEMPLATE, MemoryAgentBench, approx_tokens
 
 
 @pytest.fixture(scope="module")

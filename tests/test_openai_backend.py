@@ -12,8 +12,9 @@ import pytest
 from fault_proxy import FaultProxy, FaultRates
 from llm_fixtures import StubReply, completion, stub_server  # noqa: F401  (a fixture)
 
-from runners.backend import Backend, Request
-from runners.openai_backend import (
+from runners.agent.prompt import count_message_tokens, estimate_tokens
+from runners.llm.backend import Backend, Request
+from runners.llm.openai_backend import (
     MAX_RETRY_AFTER,
     BackendExhausted,
     OpenAIBackend,
@@ -21,7 +22,6 @@ from runners.openai_backend import (
     parse_retry_after,
     pick_label,
 )
-from runners.prompt import count_message_tokens, estimate_tokens
 
 SENTINEL = "sk-test-SENTINEL-0123456789abcdef"
 MESSAGES = (

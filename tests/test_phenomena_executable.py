@@ -6,7 +6,7 @@ Measured (2 seeds): full reversal No Memory ~0.31, Append-Only ~0.21, TEPA-Rev ~
 import pytest
 from phenomena import early_success, run_methods, success
 
-from envs.executable_drift import ExecutableDrift
+from envs.executable_drift.env import ExecutableDrift
 
 
 @pytest.fixture(scope="module")

@@ -20,10 +20,10 @@ from hydra import compose, initialize_config_dir
 from shared_data import DATA_DIR
 
 from analysis.__main__ import main as analysis_main
-from analysis.integrity import file_record
-from analysis.load import load_runs
+from analysis.data.integrity import file_record
+from analysis.data.load import load_runs
 from envs.controlled_drift import ControlledDrift
-from runners import bench
+from runners.bench import suite as bench
 from runners.run import CONF_DIR, PROJECT_ROOT, RunSummary, execute
 from runners.runlog import ARCHIVE, EPISODES, META, PARTIAL_EPISODES, StreamLog
 

@@ -30,7 +30,7 @@ from analysis.metrics import (
     sorted_experiments,
     sorted_methods,
 )
-from analysis.timeline import busiest_key, draw_timeline, legend_handles, read_lifecycle, read_phases
+from analysis.report.timeline import busiest_key, draw_timeline, legend_handles, read_lifecycle, read_phases
 
 #: Lifecycle timelines: the drift experiments, revocation against the ablation without it, one seed.
 TIMELINES = (("paper_controlled", "controlled_drift"), ("paper_executable", "executable_drift"))

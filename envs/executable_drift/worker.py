@@ -1,7 +1,7 @@
 """Tool execution with time limits, in one persistent child process.
 
 A paper run makes about 10^5 tool calls, too many to start a process for each. `ToolWorker` keeps one
-child (`python -m envs.tool_worker`) that imports the tools once and serves calls over a pipe:
+child (`python -m envs.executable_drift.worker`) that imports the tools once and serves calls over a pipe:
 length-prefixed pickles, one request and one reply per call. The parent waits for a reply at most the
 call's time limit; a call that overruns (or a child that dies) is stopped by killing that child, and a
 fresh one is started for the next call. The child's stdout is the reply pipe, so tools never print.
@@ -87,7 +87,7 @@ class ToolWorker:
     def _start(self) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "envs.tool_worker"],
+            [sys.executable, "-m", "envs.executable_drift.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -233,7 +233,7 @@ def serve() -> None:
     """The child's loop: read (tool, argv, version, root), run it, reply (ok, message); exit at EOF."""
     import resource
 
-    from envs.tools import TOOLS, ToolError
+    from envs.executable_drift.tools import TOOLS, ToolError
 
     requests = sys.stdin.buffer.fileno()
     replies = os.dup(sys.stdout.fileno())

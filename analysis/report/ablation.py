@@ -22,7 +22,7 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from analysis.metrics import OVERALL, Analysis, env_label, sorted_envs
-from analysis.tables import MISSING, Table, number
+from analysis.report.tables import MISSING, Table, number
 
 ABLATION_EXPERIMENT = "ablation_lifecycle"
 DEFAULT_ARM = "tepa_rev"

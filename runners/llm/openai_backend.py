@@ -18,7 +18,7 @@ Why it looks the way it does:
   are cut (and flagged `truncated`); token counts that cannot be true (negative, absurdly large, not
   integers) count as missing.
 - Token counts come from the endpoint's `usage`; when it reports none they are counted without a tokenizer
-  (`runners.prompt.count_tokens`: words, digits and symbols, plus 4 tokens per message; tiktoken is not
+  (`runners.agent.prompt.count_tokens`: words, digits and symbols, plus 4 tokens per message; tiktoken is not
   used because it downloads its encodings at run time).
 """
 
@@ -35,15 +35,16 @@ import re
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 from urllib.parse import urlsplit, urlunsplit
 
 import openai
 
-from runners.backend import BackendExhausted, Reply, Request
+from runners.agent.prompt import ANSWER_CUE, completion_prompt, count_message_tokens, count_tokens
 from runners.config import ConfigError
-from runners.loglik import NoPromptLogprobs, OptionScore, choose, continuation, option_loglik
-from runners.prompt import ANSWER_CUE, completion_prompt, count_message_tokens, count_tokens
-from runners.response_cache import ResponseCache, cache_key
+from runners.llm.backend import BackendExhausted, Reply, Request
+from runners.llm.loglik import NoPromptLogprobs, OptionScore, choose, continuation, option_loglik
+from runners.llm.response_cache import ResponseCache, cache_key
 
 SCORINGS = ("text", "logprobs", "loglik")
 MAX_RETRY_AFTER = 120.0  # seconds; a longer Retry-After is treated as this long (then retry_after_max)
@@ -182,9 +183,9 @@ class OpenAIBackend:
     pins one seed for every call. `scoring="logprobs"` answers multiple-choice requests (those with
     `labels`) from the first token's log-probabilities and falls back to free text where the endpoint
     returns none (or rejects the request for them). `scoring="loglik"` talks to `/completions` instead,
-    with the messages as one completion-style prompt (`runners.prompt.completion_prompt`, fit for base
+    with the messages as one completion-style prompt (`runners.agent.prompt.completion_prompt`, fit for base
     models): a multiple-choice request scores every option's text by its summed log-probability
-    (`runners.loglik`; one request per option, sent back to back so that a server that caches the
+    (`runners.llm.loglik`; one request per option, sent back to back so that a server that caches the
     shared prompt prefix reuses it), a free answer is completed up to the end of the line; an endpoint
     that returns no prompt log-probabilities stops the run with a ConfigError. `cache_path` (a SQLite
     file) makes reruns free and identical; None disables it.
@@ -196,6 +197,11 @@ class OpenAIBackend:
     """
 
     name = "openai"
+    operational: ClassVar[frozenset[str]] = frozenset({
+        "api_key_env", "cache_path", "max_concurrency", "timeout", "max_retries", "max_failed_calls",
+        "backoff_base", "backoff_max", "retry_after_max", "max_retry_wait", "max_total_tokens", "price_in",
+        "price_out",
+    })  # fmt: skip
 
     def __init__(
         self,
@@ -428,7 +434,7 @@ class OpenAIBackend:
                 raise ConfigError(
                     f"llm.scoring=loglik: {_public_url(self.base_url)} returns no prompt log-probabilities "
                     f"({exc}); it needs echo with logprobs on /completions (vLLM, llama-cpp-python with "
-                    "all logits, python -m runners.local_llm), or use llm.scoring=logprobs or text"
+                    "all logits, python -m runners.llm.local_llm), or use llm.scoring=logprobs or text"
                 ) from None
             used = _usage(usage, count_tokens(prompt), str(choice.get("text") or "")[len(prompt) :])
             spent_prompt += used[0]

@@ -26,8 +26,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from envs.mab_data import FactConsolidationRecord, MQuAKETemplates
-from envs.mab_metric import substring_exact_match
+from envs.memoryagentbench.data import FactConsolidationRecord, MQuAKETemplates
+from envs.memoryagentbench.metric import substring_exact_match
 
 SUBJECT_SLOT, OBJECT_SLOT = "[X]", "__"
 

@@ -20,7 +20,7 @@ without evidence.
 
 Randomness comes from a splitmix64 generator seeded by blake2b(seed, prompt text), so the reply is a
 function of the prompt and the seed alone. The parameters are global: calibrated once for all methods and
-settings (`python -m runners.calibrate`, see conf/llm/simulated.yaml), never per method.
+settings (`python -m runners.llm.calibrate`, see conf/llm/simulated.yaml), never per method.
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
-from runners.backend import Reply, Request
-from runners.prompt import EVIDENCE_LINE, HINT_PREFIX, LABELS, OPTION_LINE, STEP_LINE, estimate_tokens
+from runners.agent.prompt import EVIDENCE_LINE, HINT_PREFIX, LABELS, OPTION_LINE, STEP_LINE, estimate_tokens
+from runners.llm.backend import Reply, Request
 
 
 @dataclass
@@ -43,6 +44,7 @@ class SimulatedBackend:
     w_hint: float = 3.0
     half_life: float = 1000.0
     name: str = "simulated"
+    operational: ClassVar[frozenset[str]] = frozenset()  # no calls, nothing to tune
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.lapse <= 1.0:

@@ -7,8 +7,8 @@ the episode rows, not from the path. Directories the runner moved aside (`seed=0
 runs.
 
 A run is trusted only once its files verify against the checksums its meta.json records
-(`analysis.integrity.verify`, the runner's own check) and its episode columns pass
-`analysis.validate.check_episodes`. Otherwise the analysis stops with one ValueError naming the file
+(`analysis.data.integrity.verify`, the runner's own check) and its episode columns pass
+`analysis.data.validate.check_episodes`. Otherwise the analysis stops with one ValueError naming the file
 (and the column) and what is wrong, before anything is written: rerunning the experiment's command
 moves a damaged stream aside and redoes it.
 """
@@ -27,10 +27,10 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from analysis import integrity
+from analysis.data import integrity
+from analysis.data.validate import check_episodes
 from analysis.record import COUNTERS, STATE_COUNTS
 from analysis.record import LABELS as RUN_LABELS
-from analysis.validate import check_episodes
 
 log = logging.getLogger(__name__)
 

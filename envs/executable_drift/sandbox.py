@@ -2,11 +2,11 @@
 
 A model's reply is untrusted input. It is split with `shlex` (never handed to a shell), its first word
 must name a whitelisted tool, and every argument that could be a path must resolve, after symlinks, to a
-location inside the sandbox. Anything else is refused with a `Refused` error before it runs, so a
-refusal changes nothing at all. The tools check their path arguments again when they run (see
-`envs.tools`, `Sandbox.job_path`): a path with a symlink on it, a file with more than one hard link
-(planted from outside, it would let a write reach a file outside) or a special file is refused there,
-so a path the gate's generic view misses still cannot leave the sandbox.
+location inside the sandbox. Anything else is refused with a `Refused` error before it runs, so a refusal
+changes nothing at all. The tools check their path arguments again when they run (see the `tools` module,
+`Sandbox.job_path`): a path with a symlink on it, a file with more than one hard link (planted from outside,
+it would let a write reach a file outside) or a special file is refused there, so a path the gate's generic
+view misses still cannot leave the sandbox.
 
 Between episodes the environment sweeps the sandbox (`Sandbox.sweep`): everything that is not a job's
 input or output is removed, and outputs too once the sandbox holds more than its byte budget, so

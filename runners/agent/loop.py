@@ -28,9 +28,9 @@ from typing import Any
 
 from analysis.record import COUNTERS, STATE_COUNTS, TYPES, EpisodeRecord
 from envs.base import Environment, Task
-from runners.backend import Backend, Reply, Request
-from runners.parse import parse_choice, parse_free
-from runners.prompt import labels_for, render
+from runners.agent.parse import parse_choice, parse_free
+from runners.agent.prompt import labels_for, render
+from runners.llm.backend import Backend, Reply, Request
 from tepa.evidence import Evidence, Query
 from tepa.protocol import EventMemory, Memory, TrialMemory
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.figures import FigureFile
-from analysis.load import SWEEP_EXPERIMENT
+from analysis.data.load import SWEEP_EXPERIMENT
 from analysis.metrics import method_label, sorted_experiments, sorted_methods, sweep_method
-from analysis.tables import SCORECARD, Table, markdown_table
+from analysis.report.figures import FigureFile
+from analysis.report.tables import SCORECARD, Table, markdown_table
 
 SIMULATED_BACKEND_NOTE = (
     "**About the backend.** The default LLM backend, `SimulatedBackend` (`llm=simulated`), is a "

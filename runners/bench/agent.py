@@ -21,9 +21,9 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 
 from envs.base import Outcome, Task
-from runners.bench_memory import median
+from runners.agent.loop import run_stream
+from runners.bench.memory import median
 from runners.config import ConfigError, RunSpec, validate
-from runners.loop import run_stream
 from runners.run import CONF_DIR, run_spec
 
 # The memory config of each method in an environment's paper experiment (memoryagentbench runs TEPA-Rev
@@ -64,7 +64,7 @@ def prompt_footprint(
 ) -> dict[str, dict[str, float]]:
     """Mean prompt tokens per decision over `episodes` controlled_drift episodes (its four phases of
     episodes/4 each), and over the last `tail` of them (the prompt a method has grown to by then);
-    averaged over `seeds`. Token counts are the simulated backend's estimate (runners.prompt)."""
+    averaged over `seeds`. Token counts are the simulated backend's estimate (runners.agent.prompt)."""
     if episodes < 4 or episodes % 4:
         raise ValueError(f"episodes must be a positive multiple of 4 (four phases), got {episodes!r}")
     if not 1 <= tail <= episodes:

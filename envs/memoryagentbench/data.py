@@ -6,9 +6,9 @@ The data is never part of the project. Where it comes from, in order:
 2. the environment variable `TEPA_DATA_DIR`;
    either folder holds `memoryagentbench/Conflict_Resolution.json` and
    `mquake/{cloze,question}_templates.json`;
-3. otherwise, online: the split `Conflict_Resolution` of `ai-hyz/MemoryAgentBench` is downloaded from
-   the Hugging Face Hub as one parquet file (`envs.mab_download`, no extra library), and the two MQuAKE
-   template files (about 2 kB each; they are not on the Hugging Face Hub) are fetched over HTTPS from
+3. otherwise, online: the split `Conflict_Resolution` of `ai-hyz/MemoryAgentBench` is downloaded from the
+   Hugging Face Hub as one parquet file (`envs.memoryagentbench.download`, no extra library), and the two
+   MQuAKE template files (about 2 kB each; they are not on the Hugging Face Hub) are fetched over HTTPS from
    `princeton-nlp/MQuAKE` at a pinned commit, checked against their sha256; both are kept in the user's
    cache folder.
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envs.mab_download import HF_DATASET, DownloadError, fetch_split_rows
+from envs.memoryagentbench.download import HF_DATASET, DownloadError, fetch_split_rows
 
 DATA_DIR_ENV = "TEPA_DATA_DIR"
 HF_SPLIT = "Conflict_Resolution"
@@ -250,8 +250,8 @@ def _download_templates() -> MQuAKETemplates:
 
 
 def main() -> int:
-    """`python -m envs.mab_data`: locate (or download) the data once and say whether it is usable, so that
-    `make reproduce` can skip MemoryAgentBench with the reason instead of failing."""
+    """`python -m envs.memoryagentbench.data`: locate (or download) the data once and say whether it is
+    usable, so that     `make reproduce` can skip MemoryAgentBench with the reason instead of failing."""
     try:
         load_conflict_resolution(SOURCES[0])
         load_mquake_templates()

@@ -7,7 +7,7 @@ needs the logits of every prompt token (with Gemma's 262k-token vocabulary the o
 twice the rest of the model) and sorts the whole vocabulary in Python for each of them.
 
 Here `echo` with `logprobs` scores the prompt's *last line* (after its last newline: the answer being
-scored, as `runners.prompt.completion_prompt` ends with "Answer: <option>"); earlier prompt tokens get
+scored, as `runners.agent.prompt.completion_prompt` ends with "Answer: <option>"); earlier prompt tokens get
 null, as the first token always does in OpenAI's API. Only that line's logits are computed, and the
 options of one decision share everything before it, so reading the prompt is paid once per decision:
 the evaluated tokens stay in the cache and the next prompt evaluates only what differs.
@@ -224,7 +224,9 @@ def serve(model: LoglikModel, port: int) -> ThreadingHTTPServer:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m runners.llama_server", description=__doc__.split(".")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m runners.llm.llama_server", description=__doc__.split(".")[0]
+    )
     parser.add_argument("--model", type=Path, required=True, help="the GGUF file")
     parser.add_argument("--alias", required=True, help="the model name clients send")
     parser.add_argument("--port", type=int, default=8080)

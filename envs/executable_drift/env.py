@@ -1,22 +1,22 @@
 """executable_drift: controlled drift in which every action is a real tool invocation on real files.
 
 K jobs (archive a folder, convert a CSV to JSON, write a checksum, write a config, publish a file),
-each with A candidate invocations; the hidden regime is the version of each tool (see `envs.tools`).
+each with A candidate invocations; the hidden regime is the version of each tool (see the `tools`
+module).
 Phases, `phase_length` episodes each: stable (every tool at its stable version) -> full_reversal (every
 tool at a new version) -> partial_reversal (a `partial_fraction` of the tools, drawn at random, move
 to a third version they have not had, or back to the stable one when A = 2) -> return (the stable
 versions exactly). Jobs of one tool drift together, as users of one tool do.
 
-An action runs for real in a per-run sandbox (a temporary directory named after the owning process,
-removed by `close()`, at `reset` and at exit; a sandbox whose process died without removing it is
-removed by the next `reset` in the same place, see `remove_stale_sandboxes`): the job's inputs are
-restored and its old artefacts removed, the command line goes through the gate of `envs.sandbox`
-(shlex, a tool whitelist, every path confined), a persistent worker (shared by the environments open
-in one process, e.g. a run's seeds) runs the tool under a time limit (`envs.tool_worker`), and success
-is decided on disk: the expected artefact exists with the expected content and format. A stale
-invocation fails with the tool's real argparse error, or runs and leaves the wrong artefact, which the
-check reports. (Parsing touches nothing, so a call that argparse rejects gets that error from the
-environment itself, without a worker round trip.)
+An action runs for real in a per-run sandbox (a temporary directory named after the owning process, removed
+by `close()`, at `reset` and at exit; a sandbox whose process died without removing it is removed by the
+next `reset` in the same place, see `remove_stale_sandboxes`): the job's inputs are restored and its old
+artefacts removed, the command line goes through the gate of the `sandbox` module (shlex, a tool whitelist,
+every path confined), a persistent worker (shared by the environments open in one process, e.g. a run's
+seeds) runs the tool under a time limit (the `worker` module), and success is decided on disk: the expected
+artefact exists with the expected content and format. A stale invocation fails with the tool's real argparse
+error, or runs and leaves the wrong artefact, which the check reports. (Parsing touches nothing, so a call
+that argparse rejects gets that error from the environment itself, without a worker round trip.)
 
 Before every call the job's inputs are restored and its artefact paths cleared (before the paths are
 checked, so a link planted where an input belongs is replaced rather than refused forever), so an
@@ -53,9 +53,9 @@ from typing import Any
 
 from envs.base import TRIAL_KINDS, EnvironmentBase, Outcome, Task
 from envs.checks import fraction, int_in
-from envs.sandbox import Layout, Refused, Sandbox, check_invocation, split_invocation
-from envs.tool_worker import SharedToolWorker, ToolFn
-from envs.tools import FLAVOURS, TOOLS, VERSIONS, Tool, subject_for
+from envs.executable_drift.sandbox import Layout, Refused, Sandbox, check_invocation, split_invocation
+from envs.executable_drift.tools import FLAVOURS, TOOLS, VERSIONS, Tool, subject_for
+from envs.executable_drift.worker import SharedToolWorker, ToolFn
 from tepa.evidence import Observation
 
 PHASES = ("stable", "full_reversal", "partial_reversal", "return")

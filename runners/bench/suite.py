@@ -5,7 +5,7 @@ in the same process and the same repetition, or a median over repetitions in rot
 memory-operation benchmark counts CPU time, not wall time. Four benchmarks and one timing:
 
 1. memory operations: a stream of observations over many keys with retrieve and feedback mixed in,
-   through the `Memory` protocol (runners.bench_memory): events per CPU second and time relative to LWW;
+   through the `Memory` protocol (runners.bench.memory): events per CPU second and time relative to LWW;
 2. prompt footprint: mean prompt tokens per decision over 1,000 controlled_drift episodes;
 3. end to end: episodes per second of the runner on the simulated backend, per environment;
 4. scaling: the cost of an episode after a stream 1x, 10x and 100x as long, and its log-log slope;
@@ -33,8 +33,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from analysis.integrity import META, read_meta, verify
-from runners import bench_agent, bench_memory
+from analysis.data.integrity import META, read_meta, verify
+from runners.bench import agent as bench_agent
+from runners.bench import memory as bench_memory
 from runners.registry import build_memory, memory_names
 from runners.run import PROJECT_ROOT
 
@@ -47,7 +48,9 @@ E2E_ENVS = {
     "executable_drift": ("no_memory", "append_only", "lww", "tepa_rev", "tepa_full"),
     "memoryagentbench": bench_agent.MAB_MEMORIES,
 }
-GUARDS = {"paper_memoryagentbench": [sys.executable, "-m", "envs.mab_data"]}  # the Makefile's data check
+GUARDS = {
+    "paper_memoryagentbench": [sys.executable, "-m", "envs.memoryagentbench.data"]
+}  # the Makefile's data check
 # --quick: environments shrunk to a few dozen episodes (memoryagentbench's smallest source is kept).
 QUICK_ENV_OVERRIDES = {
     "controlled_drift": ("env.phase_length=10",),
@@ -185,7 +188,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = lambda msg: None)
 def reproduce_commands(results_dir: str) -> list[tuple[str, list[str] | None, list[str]]]:
     """The Makefile's `reproduce` recipe, step by step, with this interpreter and another results_dir:
     (name, guard, command); a step runs only if its guard (when it has one) exits 0, as the Makefile
-    runs MemoryAgentBench only when `python -m envs.mab_data` finds its data."""
+    runs MemoryAgentBench only when `python -m envs.memoryagentbench.data` finds its data."""
     python = sys.executable
     run_cmd = [python, "-m", "runners.run", "-m", "hydra/launcher=joblib", f"results_dir={results_dir}"]
     steps: list[tuple[str, list[str] | None, list[str]]] = [
@@ -226,7 +229,7 @@ def time_reproduce(keep: Path | None = None) -> dict[str, Any]:
 
 
 def time_verification(runs: Path) -> dict[str, Any]:
-    """Time `analysis.integrity.verify` over every complete stream under `runs` (each file read and
+    """Time `analysis.data.integrity.verify` over every complete stream under `runs` (each file read and
     hashed once, as a rerun or the analysis does); raises if any stream fails."""
     start = time.perf_counter()
     streams, size = 0, 0
@@ -435,7 +438,3 @@ def _meta(args: argparse.Namespace) -> dict[str, Any]:
         "command": f"python -m runners.bench --out {args.out}",
         "load_average_start": _load(),
     }
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +39,12 @@ class BackendExhausted(RuntimeError):
 
 @runtime_checkable
 class Backend(Protocol):
+    """A model. `operational` names the constructor parameters that change how calls are made (timeouts,
+    retries, a cache file, a budget) but never what the model answers: a rerun that changes only these
+    continues the same streams (`runners.identity`), so a new backend declares its own."""
+
     name: str
+    operational: ClassVar[frozenset[str]]
 
     async def complete(self, request: Request) -> Reply:
         """Answer one request. Transient failures are retried inside; a final failure is a Reply with

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, BinaryIO, ClassVar, NoReturn
 
-from envs.sandbox import Refused, Sandbox
+from envs.executable_drift.sandbox import Refused, Sandbox
 
 
 class ToolError(Exception):

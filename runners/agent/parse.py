@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from runners.prompt import LABELS
+from runners.agent.prompt import LABELS
 
 _ANSWER = re.compile(r"answer\s*(?:is)?\s*[:\-]?\s*(.+)", re.IGNORECASE | re.DOTALL)
 _LEADING_LABEL = re.compile(r"^\(?([A-Z])\)?(?:[\s.):,]|$)")

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import paper, scorecard
-from analysis.load import SWEEP_EXPERIMENT
+from analysis.data.load import SWEEP_EXPERIMENT
 from analysis.metrics import (
     NO_MEMORY,
     ORACLE_RESET,
@@ -27,6 +26,7 @@ from analysis.metrics import (
     settings,
     sorted_experiments,
 )
+from analysis.report import paper, scorecard
 from analysis.stats import EXACT_MAX_PAIRS, N_RESAMPLES
 
 SUFFIXES = (".md", ".csv", ".tex")

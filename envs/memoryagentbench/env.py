@@ -39,9 +39,9 @@ from collections.abc import Hashable, Iterator
 from typing import Any
 
 from envs.base import TRIAL_KINDS, EnvironmentBase, MultiHop, Outcome, Task
-from envs.mab_data import load_conflict_resolution, load_mquake_templates, local_data_dir
-from envs.mab_metric import substring_exact_match
-from envs.mab_parse import FactLine, ParsedSource, parse_source
+from envs.memoryagentbench.data import load_conflict_resolution, load_mquake_templates, local_data_dir
+from envs.memoryagentbench.metric import substring_exact_match
+from envs.memoryagentbench.parse import FactLine, ParsedSource, parse_source
 from tepa.evidence import Observation
 
 DEFAULT_SOURCE = "factconsolidation_sh_6k"

@@ -1,7 +1,7 @@
 """Rebuild one logged decision exactly: replay a stream's log up to episode t, no model calls.
 
 The stream's environment and memory are rebuilt from its `meta.json` config and the logged replies
-are fed back (as a resumed run does, `runners.loop.run_stream`), so the prompt captured at episode t is
+are fed back (as a resumed run does, `runners.agent.loop.run_stream`), so the prompt captured at episode t is
 the one the model received, byte for byte, and the memory is in the state it was in at that decision.
 This is the harness side of `python -m analysis.inspect`, which itself reads logs only.
 """
@@ -19,9 +19,9 @@ from typing import Any
 import pyarrow.parquet as pq
 from omegaconf import OmegaConf
 
-from runners.backend import Reply, Request
+from runners.agent.loop import _logged_replies, run_stream
 from runners.config import validate
-from runners.loop import _logged_replies, run_stream
+from runners.llm.backend import Reply, Request
 from runners.runlog import EPISODES, META
 
 
