@@ -181,9 +181,7 @@ async def run_spec(spec: RunSpec, variant: Variant | None = None) -> RunSummary:
             )
     finally:
         for env, _ in parts.values():
-            close = getattr(env, "close", None)
-            if close is not None:
-                close()
+            env.close()
         aclose = getattr(backend, "aclose", None)
         if aclose is not None:
             await aclose()
@@ -251,9 +249,7 @@ def _note_other_partial_logs(slog: StreamLog, labelled: Path) -> None:
 
 def _rebuild(spec: RunSpec, part: list[Any]) -> None:
     """A fresh environment and memory for a stream that has to start over."""
-    close = getattr(part[0], "close", None)
-    if close is not None:
-        close()
+    part[0].close()
     part[:] = [spec.env.build(), spec.memory.build()]
 
 

@@ -8,6 +8,7 @@ measures the configurations the paper experiments run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import random
 import tempfile
@@ -35,17 +36,12 @@ MAB_MEMORIES = ("no_memory", "append_only", "lww", "tepa_norev", "tepa_rev_facts
 
 def _run(spec: RunSpec, seed: int, env: Any = None) -> list[dict[str, Any]]:
     """One stream through the agent loop (no logs written); its episode records."""
-    env = spec.env.build() if env is None else env
-    try:
+    with contextlib.closing(spec.env.build() if env is None else env) as env:
         result = asyncio.run(
             run_stream(
                 env, spec.memory.build(), spec.llm.build(), seed=seed, labels={"memory": spec.memory.label}
             )
         )
-    finally:
-        close = getattr(env, "close", None)
-        if close is not None:
-            close()
     return result.records
 
 
@@ -105,10 +101,7 @@ def end_to_end(
                     compose_spec([f"env={env}", f"memory={m}", f"seed={seed}", "progress=false", *extra])
                     for m in memories
                 ]
-                probe = specs[0].env.build()  # fail early; warms a data loader's cache for every timing alike
-                close = getattr(probe, "close", None)
-                if close is not None:
-                    close()
+                specs[0].env.build().close()  # fail early; warms a data loader's cache for every timing alike
             except (ConfigError, OSError, ValueError, RuntimeError) as exc:
                 out[env] = {"skipped": f"{type(exc).__name__}: {exc}"}
                 continue

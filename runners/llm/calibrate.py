@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import math
@@ -136,15 +137,10 @@ class Stream:
 
 def run_one(stream: Stream) -> dict[str, float]:
     """Success rate per phase of one stream, and over all its episodes (`OVERALL`)."""
-    env = stream.env_cls(**dict(stream.env_params))
     memory = build_memory(stream.memory, **dict(stream.memory_params))
     backend = SimulatedBackend(**dict(stream.reader))
-    try:
+    with contextlib.closing(stream.env_cls(**dict(stream.env_params))) as env:
         result = asyncio.run(run_stream(env, memory, backend, seed=stream.seed, labels={}))
-    finally:
-        close = getattr(env, "close", None)
-        if close is not None:
-            close()
     counts: dict[str, list[int]] = {}
     for rec in result.records:
         for phase in (rec["phase"], OVERALL):
