@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import sys
@@ -67,12 +68,18 @@ def replay_prompts(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
     meta = read_meta(run_dir)
     rows = read_records(run_dir)
     spec = validate(OmegaConf.create(dict(meta["config"])), {})  # as `runners.agent.replay` rebuilds a stream
-    env, memory = spec.env.build(), spec.memory.build()
     backend = _Replayer(rows)
-    try:
-        result = asyncio.run(run_stream(env, memory, backend, seed=meta["seed"], labels={}))
-    finally:
-        getattr(env, "close", lambda: None)()
+    with contextlib.closing(spec.env.build()) as env:
+        result = asyncio.run(
+            run_stream(
+                env,
+                spec.memory.build(),
+                backend,
+                seed=meta["seed"],
+                labels={},
+                max_episodes=spec.max_episodes,
+            )
+        )
     if [r["action"] for r in result.records] != [r["action"] for r in rows]:
         raise ValueError(f"{run_dir}: the replay does not reproduce the logged actions")
     return rows, backend.prompts

@@ -2,18 +2,20 @@
 
 A stream's identity is everything that decides its episodes: for env, memory and llm the chosen config
 option and its parameters (not the Python path of the class, so moving a class keeps its runs; the path
-counts only where the user chose it, as with `memory=custom memory._target_=...`), the seed, and the
-fingerprint of the input data when the environment reads data files (its `provenance`). Keys that change
-how a stream runs but not its episodes (a backend's timeouts, declared by the backend class as its
+counts only where the user chose it, as with `memory=custom memory._target_=...`), the seed, a
+truncation (`max_episodes`, when set: a truncated stream is never the full one), and the fingerprint
+of the input data when the environment reads data files (its `provenance`). Keys that change how a
+stream runs but not its episodes (a backend's timeouts, declared by the backend class as its
 `operational` keys; an environment's data folder) are not part of it.
 
 Directories stay readable: `results/runs/<experiment>/<env>/<memory>/seed=<n>/` holds the experiment's
 own configuration (the config composed from the same options, without value overrides). A configuration
 that differs from it gets one more level named by the differing keys, e.g.
-`tepa_rev/llm.lapse=0.5,memory.theta_rev=0.3/seed=0/`, or `cfg-<hash>` when that name would be long or
-unsafe (meta.json records the keys either way). Keys the labels already show (a label that interpolates
-them, as the threshold sweep's does) are left out. So every grid point of any sweep has its own
-directory, decided by the job alone, without knowing the other jobs of the sweep.
+`tepa_rev/llm.lapse=0.5,memory.theta_rev=0.3/seed=0/` or `tepa_rev/max_episodes=5/seed=0/`, or
+`cfg-<hash>` when that name would be long or unsafe (meta.json records the keys either way). Keys the
+labels already show (a label that interpolates them, as the threshold sweep's does) are left out. So
+every grid point of any sweep has its own directory, decided by the job alone, without knowing the
+other jobs of the sweep.
 """
 
 from __future__ import annotations
@@ -27,14 +29,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
+from runners.compose import compose_config
 from runners.config import RunSpec
 from runners.registry import HARNESS_KEYS
 
 GROUPS = ("env", "memory", "llm")
+# Top-level keys that change a stream's episodes (`max_episodes` truncates it): part of its identity.
+RUN_KEYS = ("max_episodes",)
 # Environments' settings that change where files live, not the episodes (the content of data files is
 # fingerprinted instead, see the module docstring). A backend declares its own (`Backend.operational`).
 ENV_OPERATIONAL = frozenset({"data_dir", "sandbox_dir"})
@@ -73,6 +76,9 @@ def variant_of(cfg: DictConfig, choices: Mapping[str, str | None], conf_dir: str
                 if theirs.get(key) == "???":  # the option asks for a class: the label names it
                     continue
             overrides[key] = ours.get(key)
+    for key in RUN_KEYS:
+        if cfg.get(key) != base.get(key):
+            overrides[key] = cfg.get(key)
     return Variant(_dirname(overrides), overrides, options, frozenset(chosen))
 
 
@@ -89,6 +95,9 @@ def stream_identity(spec: RunSpec, seed: int, variant: Variant | None, data: Any
             head = {"option": variant.options[group]}
         identity[group] = {**head, **params}
     identity["seed"] = seed
+    for key in RUN_KEYS:
+        if getattr(spec, key) is not None:  # unset keys leave the identity of existing runs as it was
+            identity[key] = getattr(spec, key)
     if data is not None:
         identity["data"] = data
     return identity
@@ -98,10 +107,7 @@ def stream_identity(spec: RunSpec, seed: int, variant: Variant | None, data: Any
 def _compose(overrides: tuple[str, ...], conf_dir: str) -> DictConfig:
     """The config of `overrides` (group options only), inside a running Hydra app or outside one;
     composed once per process (a launcher's worker runs many jobs with the same options), read only."""
-    if GlobalHydra.instance().is_initialized():
-        return compose(config_name="config", overrides=list(overrides))
-    with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
+    return compose_config(overrides, conf_dir)
 
 
 def _component_values(cfg: DictConfig, group: str) -> dict[str, Any]:

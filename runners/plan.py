@@ -12,6 +12,7 @@ somewhat; cached replies cost nothing and are not subtracted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 
 from runners.agent.loop import run_stream
@@ -84,12 +85,11 @@ def plan(spec: RunSpec) -> Plan:
         dry = _DryBackend(params.get("scoring", "text"), params.get("max_tokens"))
     decisions = 0
     for seed in spec.seeds:
-        env, memory = spec.env.build(), spec.memory.build()
-        try:
-            result = asyncio.run(run_stream(env, memory, dry, seed=seed, labels={}))
-        finally:
-            close = getattr(env, "close", None)
-            if close is not None:
-                close()
+        with contextlib.closing(spec.env.build()) as env:
+            result = asyncio.run(
+                run_stream(
+                    env, spec.memory.build(), dry, seed=seed, labels={}, max_episodes=spec.max_episodes
+                )
+            )
         decisions += len(result.records)
     return Plan(len(spec.seeds), decisions, dry.calls, dry.prompt_tokens, dry.completion_tokens, *prices)

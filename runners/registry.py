@@ -22,25 +22,13 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Glob
 from omegaconf import OmegaConf
 
-from tepa.protocol import Memory
+from tepa.protocol import Memory, protocol_members, protocol_methods
 
 #: The memory config group: one YAML file per method.
 MEMORY_DIR = Path(__file__).resolve().parents[1] / "conf" / "memory"
 #: Keys of a component node that configure the harness (results label, table name and order), never
 #: passed to the constructor.
 HARNESS_KEYS = frozenset({"label", "display"})
-
-
-def protocol_methods(protocol: type) -> list[str]:
-    """A protocol's public methods: what a class must define before it is built."""
-    return [m for m, v in vars(protocol).items() if not m.startswith("_") and callable(v)]
-
-
-def protocol_members(protocol: type) -> list[str]:
-    """A protocol's annotated attributes (`name`), properties and public methods: what a built object
-    must have (attributes and properties may be set by the constructor)."""
-    properties = [m for m, v in vars(protocol).items() if isinstance(v, property)]
-    return [*getattr(protocol, "__annotations__", {}), *properties, *protocol_methods(protocol)]
 
 
 def require_class(target: str, obj: object, protocol: type) -> type:

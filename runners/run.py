@@ -38,6 +38,7 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from runners.agent.loop import ReplayMismatch, replay_problem, run_stream
+from runners.compose import CONF_DIR, PROJECT_ROOT
 from runners.config import ConfigError, RunSpec, validate
 from runners.identity import Variant, stream_identity, variant_of
 from runners.llm.backend import BackendExhausted
@@ -50,8 +51,6 @@ log = logging.getLogger(__name__)
 # plugins' own names, which Hydra 1.3 still merges with the plugins' schemas but warns about.
 warnings.filterwarnings("ignore", message=r"(?s).*validated against ConfigStore schema", category=UserWarning)
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-CONF_DIR = PROJECT_ROOT / "conf"  # absolute, so that it resolves the same from `-m`, the script and workers
 #: Seconds after SIGINT / SIGTERM before a run that has not stopped yet is interrupted outright.
 STOP_GRACE_S = 1.0
 VERSIONED = ("tepa-harness", "hydra-core", "omegaconf", "numpy", "pandas", "pyarrow", "openai", "tqdm")
@@ -174,7 +173,7 @@ async def run_spec(spec: RunSpec, variant: Variant | None = None) -> RunSummary:
         backend = spec.llm.build()
         enabled = spec.progress if spec.progress is not None else sys.stderr.isatty()
         desc = f"{spec.name} {spec.env.label} {spec.memory.label}"
-        total = _total([env for env, _ in parts.values()])
+        total = _total([env for env, _ in parts.values()], spec.max_episodes)
         with tqdm(total=total, desc=desc, unit="ep", disable=not enabled, dynamic_ncols=True) as bar:
             results = await asyncio.gather(
                 *(_stream(spec, seed, parts[seed], backend, variant, bar) for seed in spec.seeds),
@@ -182,9 +181,7 @@ async def run_spec(spec: RunSpec, variant: Variant | None = None) -> RunSummary:
             )
     finally:
         for env, _ in parts.values():
-            close = getattr(env, "close", None)
-            if close is not None:
-                close()
+            env.close()
         aclose = getattr(backend, "aclose", None)
         if aclose is not None:
             await aclose()
@@ -212,7 +209,7 @@ async def _stream(
     try:
         if slog.is_complete():
             slog.discard_partial()
-            _skip_in(bar, env)
+            _skip_in(bar, env, spec.max_episodes)
             return StreamOutcome(slog.dir, seed, skipped=True)
         _note_other_partial_logs(slog, directory.parent.parent if name else directory.parent)
         replay = _until_failed_call(slog.replay(replay_problem))
@@ -252,17 +249,15 @@ def _note_other_partial_logs(slog: StreamLog, labelled: Path) -> None:
 
 def _rebuild(spec: RunSpec, part: list[Any]) -> None:
     """A fresh environment and memory for a stream that has to start over."""
-    close = getattr(part[0], "close", None)
-    if close is not None:
-        close()
+    part[0].close()
     part[:] = [spec.env.build(), spec.memory.build()]
 
 
-def _skip_in(bar: tqdm, env: Any) -> None:
+def _skip_in(bar: tqdm, env: Any, max_episodes: int | None) -> None:
     """Take a skipped stream's episodes out of the progress bar's total."""
     if bar.total is not None:
         try:
-            bar.total -= len(env)
+            bar.total -= _total([env], max_episodes)
         except TypeError:
             return
         bar.refresh()
@@ -292,6 +287,7 @@ async def _run_one(
             replay=replay,
             on_episode=slog.append,
             progress=bar,
+            max_episodes=spec.max_episodes,
         )
     finally:
         slog.close()
@@ -324,10 +320,10 @@ def _until_failed_call(replay: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return replay
 
 
-def _total(envs: list[Any]) -> int | None:
+def _total(envs: list[Any], max_episodes: int | None) -> int | None:
     """Episodes in all streams, when every environment knows its length (`len(env)`)."""
     try:
-        return sum(len(env) for env in envs)
+        return sum(min(len(env), max_episodes or len(env)) for env in envs)
     except TypeError:
         return None
 

@@ -11,8 +11,10 @@ from tepa.lazy import lazy_exports
 _EXPORTS = {
     "Archive": "tepa.archive",
     "Evidence": "tepa.evidence",
+    "EventMemory": "tepa.protocol",
     "LifecycleEvent": "tepa.precedent",
     "Memory": "tepa.protocol",
+    "MemoryCheckError": "tepa.memory_checker",
     "Observation": "tepa.evidence",
     "Precedent": "tepa.precedent",
     "Query": "tepa.evidence",
@@ -21,6 +23,9 @@ _EXPORTS = {
     "TEPANoRev": "tepa.tepa_norev",
     "TEPARev": "tepa.tepa_rev",
     "TEPARevLiteral": "tepa.tepa_rev",
+    "TrialFn": "tepa.protocol",
+    "TrialMemory": "tepa.protocol",
+    "check_memory": "tepa.memory_checker",
 }
 __all__ = sorted(_EXPORTS)
 

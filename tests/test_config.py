@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, HydraException
 
 from analysis.metrics import METHOD_ORDER
+from runners.compose import compose_config, compose_spec
 from runners.config import ConfigError, validate
 from runners.registry import memory_names, swept_memories
 from runners.run import CONF_DIR, PROJECT_ROOT
@@ -20,13 +20,11 @@ from tepa.evidence import Observation, Query
 
 
 def _compose(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=list(overrides), return_hydra_config=True)
+    return compose_config(overrides)
 
 
 def _spec(*overrides: str):
-    cfg = _compose(*overrides)
-    return validate(cfg, cfg.hydra.runtime.choices)
+    return compose_spec(overrides)
 
 
 def _error(*overrides: str) -> str:

@@ -4,9 +4,10 @@ else is ever called (before, a function or a foreign class ran first and was ref
 from __future__ import annotations
 
 import pytest
-from hostile import TINY, cli, one_line_error
 
 from runners.registry import build_memory
+from tests.helpers.hostile import TINY, one_line_error
+from tests.helpers.runner import cli
 
 
 def test_a_function_as_memory_target_is_refused_and_never_called(tmp_path):

@@ -3,7 +3,6 @@ llama-cpp-python's server and Gemma 3 270M behind runners.llm.llama_server. Memo
 raises that option's score; the preset action names are one token each; the plan's token estimate is
 within 10% of what a real run reports. Nothing is asserted on exact numbers. Skipped, with the reason,
 when the local-llm extra is not installed."""
-# ruff: noqa: F811  (pytest fixtures imported from llm_fixtures are redefined as test arguments)
 
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ import sys
 
 import pyarrow.parquet as pq
 import pytest
-from llm_fixtures import gemma_server, llm_server  # noqa: F401  (fixtures)
 from omegaconf import OmegaConf
 
 from envs.base import Task

@@ -14,11 +14,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from shared_data import DATA_DIR
 
 from envs.memoryagentbench import data as mab_data
 from envs.memoryagentbench import download as mab_download
 from envs.memoryagentbench.data import DATA_DIR_ENV, DataNotFoundError, load_conflict_resolution
+from tests.helpers.shared_data import DATA_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 RESOLVE = f"/datasets/{mab_download.HF_DATASET}/resolve"

@@ -3,7 +3,6 @@
 import time
 
 import pytest
-from shared_data import DATA_DIR
 
 from envs.memoryagentbench.data import (
     FactConsolidationRecord,
@@ -20,6 +19,7 @@ from envs.memoryagentbench.parse import (
     parse_source,
     parser_for,
 )
+from tests.helpers.shared_data import DATA_DIR
 
 SIZES = ("6k", "32k", "262k")
 # A perfect last-write-wins reader (SOURCES.md): a few conflicted questions have the older value as gold.

@@ -15,7 +15,7 @@ from baselines import LastWriteWins, SlidingWindow
 from runners.registry import MEMORY_DIR, build_memory, memory_entry, memory_names
 from runners.run import PROJECT_ROOT
 from tepa.evidence import Observation, Query
-from tepa.protocol import Memory
+from tepa.protocol import Memory, TrialMemory
 
 
 def test_the_registry_lists_every_entry_of_the_memory_group_but_the_custom_slot():
@@ -28,7 +28,7 @@ def test_the_registry_lists_every_entry_of_the_memory_group_but_the_custom_slot(
 def test_every_name_builds_a_memory_called_by_its_results_label(name):
     memory = build_memory(name)
     assert isinstance(memory, Memory)
-    if hasattr(memory, "set_trial"):  # as the agent loop does: TEPA-Full validates by execution
+    if isinstance(memory, TrialMemory):  # as the agent loop does: TEPA-Full validates by execution
         memory.set_trial(lambda precedent, kind: kind == "support")
     assert memory.name == (memory_entry(name).get("label") or name)
     memory.observe(Observation("k", "a"))

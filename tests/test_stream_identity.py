@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from hydra import compose, initialize_config_dir
 
+from runners.compose import compose_config
 from runners.config import ConfigError, validate
 from runners.identity import stream_identity, variant_of
 from runners.llm.backend import Reply, Request
@@ -13,8 +13,7 @@ from runners.run import CONF_DIR
 
 def identity_of(*overrides: str):
     options = ["llm=openai", "llm.model=m", *overrides]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=options)
+    cfg = compose_config(options)
     choices = {"env": "controlled_drift", "memory": "tepa_rev", "llm": "openai"}
     spec = validate(cfg, choices)
     variant = variant_of(cfg, choices, str(CONF_DIR))
@@ -51,11 +50,7 @@ class NoOperational:
 
 
 def test_a_backend_without_operational_keys_is_refused_naming_the_member():
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(
-            config_name="config",
-            overrides=["llm=openai", "llm.model=m", f"llm._target_={__name__}.NoOperational"],
-        )
+    cfg = compose_config(["llm=openai", "llm.model=m", f"llm._target_={__name__}.NoOperational"])
     spec = validate(cfg, {"env": "controlled_drift", "memory": "tepa_rev", "llm": None})
     with pytest.raises(ConfigError, match=r"missing: operational"):
         spec.llm.build()

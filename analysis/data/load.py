@@ -29,21 +29,21 @@ from tqdm import tqdm
 
 from analysis.data import integrity
 from analysis.data.validate import check_episodes
+from analysis.record import COUNTERS, STATE_COUNTS
+from analysis.record import LABELS as RUN_LABELS
 
 log = logging.getLogger(__name__)
 
-LABELS = ("experiment", "env", "memory", "seed")
+#: What identifies a run: its labels and seed.
+LABELS = (*RUN_LABELS, "seed")
 REQUIRED_COLUMNS = (*LABELS, "t", "phase", "success")
-#: Cumulative memory counters from each episode's snapshot; baselines may not log them (read as 0).
-COUNTERS = ("promotions", "revocations", "repromotions", "trials", "trial_passes")
-STATE_COUNTS = ("hypothesis", "active", "revoked")
 #: The archive fields the analysis uses (lifecycle counts): only these are decoded, the rest (reasons,
 #: keys, values of any JSON type) are skipped by Arrow's parser, which keeps loading a full
 #: reproduction's millions of events fast.
 EVENT_SCHEMA = pa.schema([("event", pa.string())])
 _EVENT_PARSING = pj.ParseOptions(explicit_schema=EVENT_SCHEMA, unexpected_field_behavior="ignore")
-#: The episode columns the analysis uses; the others (task keys, actions, raw replies) are not read,
-#: which keeps loading a full reproduction fast.
+#: The episode columns the analysis uses (see `analysis.record`); the others (task keys, actions, raw
+#: replies) are not read, which keeps loading a full reproduction fast. Counters a run lacks read as 0.
 ANALYSIS_COLUMNS = (*REQUIRED_COLUMNS, "prompt_tokens", *COUNTERS, *STATE_COUNTS)
 #: Threads reading run files concurrently.
 _READERS = 4

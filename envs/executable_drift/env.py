@@ -51,7 +51,7 @@ from numbers import Real
 from pathlib import Path
 from typing import Any
 
-from envs.base import TRIAL_KINDS, Outcome, Task
+from envs.base import TRIAL_KINDS, EnvironmentBase, Outcome, Task
 from envs.executable_drift.sandbox import Layout, Refused, Sandbox, check_invocation, split_invocation
 from envs.executable_drift.tools import FLAVOURS, TOOLS, VERSIONS, Tool, subject_for
 from envs.executable_drift.worker import SharedToolWorker, ToolFn
@@ -75,7 +75,7 @@ class Job:
     fixture: Mapping[str, bytes]
 
 
-class ExecutableDrift:
+class ExecutableDrift(EnvironmentBase):
     """The executable-drift environment (see the module docstring).
 
     `tools` picks which of the built-in tools jobs use (job k uses tool k mod len(tools));

@@ -11,9 +11,9 @@ fact. The stream follows upstream:
   per fact; a fact that does not parse is still ingested, with key None and its sentence as value.
 - phase "questions": one task per question, `key=(subject, relation)` for single-hop questions (None
   for multi-hop ones and for any question that does not parse, so memories fall back to text
-  retrieval), `correct` = the first gold, `meta` = golds, the upstream query's instructions and
-  one-shot example (`instructions`: the system message a real model receives; `QUERY_TEMPLATE` is the
-  whole upstream query) and, for a parsed multi-hop question, its chain (`hops`).
+  retrieval), `correct` = the first gold, `meta` = the golds, `instructions` = the upstream query's
+  instructions and one-shot example (the system message a real model receives; `QUERY_TEMPLATE` is the
+  whole upstream query) and, for a parsed multi-hop question, its chain (`multi_hop`).
 
 Time is one clock, the fact serial: an ingest task has the serial of its first fact, and question i has
 `t = last serial + 1 + i`, so memories see observations and queries in one order.
@@ -38,7 +38,7 @@ from collections import defaultdict
 from collections.abc import Hashable, Iterator
 from typing import Any
 
-from envs.base import TRIAL_KINDS, Outcome, Task
+from envs.base import TRIAL_KINDS, EnvironmentBase, MultiHop, Outcome, Task
 from envs.memoryagentbench.data import load_conflict_resolution, load_mquake_templates, local_data_dir
 from envs.memoryagentbench.metric import substring_exact_match
 from envs.memoryagentbench.parse import FactLine, ParsedSource, parse_source
@@ -57,7 +57,7 @@ QUERY_TEMPLATE = (
     "Pool, what is the name of the current president of Russia? \nAnswer: Donald Trump \n\n Now Answer the "
     "Question: Based on the provided Knowledge Pool, {question} \nAnswer:"
 )
-# What a question task carries as `meta["instructions"]` (the prompt's system message): the upstream
+# What a question task carries as `instructions` (the prompt's system message): the upstream
 # query up to its one-shot example; the prompt itself then asks the question.
 INSTRUCTIONS = QUERY_TEMPLATE.split(" \n\n Now Answer the Question")[0]
 
@@ -113,7 +113,7 @@ def _ingest_tasks(source: str, folder: str | None, chunk_size: int) -> tuple[Tas
     return tuple(_ingest_task(chunk) for chunk in _chunk(_parsed(source, folder).lines, chunk_size))
 
 
-class MemoryAgentBench:
+class MemoryAgentBench(EnvironmentBase):
     """The FactConsolidation stream of one source (see the module docstring)."""
 
     name = "memoryagentbench"
@@ -154,22 +154,26 @@ class MemoryAgentBench:
             self._shown = task.observe[-1].t
             yield task
         for i, question in enumerate(self._questions):
-            meta: dict[str, Any] = {
-                "golds": list(question.golds),
-                "instructions": INSTRUCTIONS,
-                "qa_pair_id": self._qa_ids[i] if i < len(self._qa_ids) else None,
-            }
-            if question.hops:
-                meta["hops"] = list(question.hops)
-                meta["hop_questions"] = [self._question_templates[r] for r in question.hops[1:]]
             yield Task(
                 key=question.key,
                 text=question.text,
                 phase="questions",
                 t=self._first_question_t + i,
                 correct=question.golds[0] if question.golds else None,
-                meta=meta,
+                instructions=INSTRUCTIONS,
+                multi_hop=self._multi_hop(question.hops),
+                meta={
+                    "golds": list(question.golds),
+                    "qa_pair_id": self._qa_ids[i] if i < len(self._qa_ids) else None,
+                },
             )
+
+    def _multi_hop(self, hops: tuple[str, ...] | None) -> MultiHop | None:
+        """A parsed chain (subject, relation, ...) with each relation's question template."""
+        if not hops:
+            return None
+        subject, *relations = hops
+        return MultiHop(subject, tuple(relations), tuple(self._question_templates[r] for r in relations))
 
     def execute(self, task: Task, action: str) -> Outcome:
         """Score the free-text `action` against the task's golds (upstream substring exact match)."""

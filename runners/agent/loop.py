@@ -1,7 +1,7 @@
 """The agent loop: one loop for every environment, memory method and backend.
 
 retrieve -> render -> backend -> parse -> execute -> observe / feedback -> one record per episode.
-A multi-hop question (`meta["hops"]`) is answered hop by hop: each hop retrieves by (entity, relation),
+A multi-hop question (`Task.multi_hop`) is answered hop by hop: each hop retrieves by (entity, relation),
 asks the model, and the answer becomes the next hop's entity.
 
 While streams run, the garbage collector leaves alone what existed before (`_QuietCollector`).
@@ -26,14 +26,14 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from analysis.record import COUNTERS, STATE_COUNTS, TYPES, EpisodeRecord
 from envs.base import Environment, Task
 from runners.agent.parse import parse_choice, parse_free
 from runners.agent.prompt import labels_for, render
 from runners.llm.backend import Backend, Reply, Request
 from tepa.evidence import Evidence, Query
-from tepa.protocol import Memory
+from tepa.protocol import EventMemory, Memory, TrialMemory
 
-COUNTERS = ("promotions", "revocations", "repromotions", "trials", "trial_passes")
 # Young-generation collection threshold while streams run (CPython's default: 700).
 STREAM_GC_THRESHOLD = 20_000
 
@@ -41,11 +41,11 @@ STREAM_GC_THRESHOLD = 20_000
 #: Seconds a stream runs before it lets the event loop in: other streams, and a cancellation (SIGINT,
 #: SIGTERM), get their turn at least this often, also with a backend that answers without waiting.
 YIELD_EVERY_S = 0.05
-#: The fields of a logged episode that replay reads, and their JSON types.
+#: The fields of a logged episode that replay reads, and their JSON types (a float may read as an int).
 _REPLAYED = {
-    "t": (int,), "action": (str,), "reply": (str,), "prompt_tokens": (int,), "completion_tokens": (int,),
-    "latency": (int, float), "cached": (bool,),
-}  # fmt: skip
+    name: (int, float) if TYPES[name] is float else (TYPES[name],)
+    for name in ("t", "action", "reply", "prompt_tokens", "completion_tokens", "latency", "cached")
+}
 
 
 class ReplayMismatch(RuntimeError):
@@ -178,17 +178,18 @@ class _Decision:
 async def _decide(task: Task, memory: Memory, ask: Callable[[Task, list[Evidence]], Any]) -> _Decision:
     """Retrieve, ask and parse: once, or hop by hop for a multi-hop question."""
     d = _Decision()
-    if not task.meta.get("hops"):
+    chain = task.multi_hop
+    if chain is None:
         d.evidence = memory.retrieve(Query(key=task.key, text=task.text, t=task.t))
         reply = await ask(task, d.evidence)
         d.replies.append(reply)
         d.action, d.parse_ok = _act(task, reply)
         return d
-    entity, *relations = task.meta["hops"]
-    meta = {"instructions": task.meta["instructions"]} if "instructions" in task.meta else {}
-    for relation, template in zip(relations, task.meta["hop_questions"], strict=True):
+    entity = chain.subject
+    for relation, template in zip(chain.relations, chain.questions, strict=True):
         key = (entity, relation)
-        sub = Task(key=key, text=template.replace("[X]", entity), phase=task.phase, t=task.t, meta=meta)
+        text = template.replace("[X]", entity)
+        sub = Task(key=key, text=text, phase=task.phase, t=task.t, instructions=task.instructions)
         evidence = memory.retrieve(Query(key=key, text=sub.text, t=sub.t))
         d.evidence.extend(evidence)
         reply = await ask(sub, evidence)
@@ -211,15 +212,16 @@ async def run_stream(
     replay: Sequence[dict[str, Any]] = (),
     on_episode: Callable[[dict[str, Any], list[dict[str, Any]]], None] | None = None,
     progress: Any = None,
+    max_episodes: int | None = None,  # stop after that many episodes (None: the whole stream)
 ) -> StreamResult:
     """Run one (environment, memory, seed) stream to the end and return its episode records and
     lifecycle events. `on_episode(record, events)` sees each new (not replayed) episode as it ends, so
     the caller can log it for resume; see the module docstring for `replay`."""
     env.reset(seed)
-    if hasattr(memory, "set_trial"):
+    if isinstance(memory, TrialMemory):
         memory.set_trial(env.trial)
     boundaries = dict(env.phase_boundaries)
-    drain = getattr(memory, "drain_events", None)
+    drain = memory.drain_events if isinstance(memory, EventMemory) else None
     result = StreamResult()
     pending: list[dict[str, Any]] = []  # events of ingest steps, logged with the next episode
     logged: Iterator[Reply] | None = None  # the current episode's logged replies, when it is replayed
@@ -256,31 +258,26 @@ async def run_stream(
         snap = memory.snapshot()
         last = d.replies[-1]
         hops = d.replies if len(d.replies) > 1 else None  # totals over hops; one reply is its own total
-        rec = {
-            **labels,
-            "seed": seed,
-            "t": task.t,
-            "phase": task.phase,
-            "key": "" if task.key is None else str(task.key),
-            "action": d.action,
-            "correct": task.correct or "",
-            "success": bool(outcome.success),
-            "parse_ok": d.parse_ok,
-            "reply": last.text,
-            "hop_replies": json.dumps([r.text for r in hops]) if hops else "",
-            "error": last.error or "",
-            "n_evidence": len(d.evidence),
-            "prompt_tokens": sum(r.prompt_tokens for r in hops) if hops else last.prompt_tokens,
-            "completion_tokens": sum(r.completion_tokens for r in hops) if hops else last.completion_tokens,
-            "cached": all(r.cached for r in hops) if hops else bool(last.cached),
-            "truncated": any(r.truncated for r in hops) if hops else bool(last.truncated),
-            "latency": sum(r.latency for r in hops) if hops else last.latency,
-            "hypothesis": int(snap.get("hypothesis", 0)),
-            "active": int(snap.get("active", 0)),
-            "revoked": int(snap.get("revoked", 0)),
-        }
-        for counter in COUNTERS:
-            rec[counter] = int(snap.get(counter, 0))
+        rec = EpisodeRecord(
+            seed=seed,
+            t=task.t,
+            phase=task.phase,
+            key="" if task.key is None else str(task.key),
+            action=d.action,
+            correct=task.correct or "",
+            success=bool(outcome.success),
+            parse_ok=d.parse_ok,
+            reply=last.text,
+            hop_replies=json.dumps([r.text for r in hops]) if hops else "",
+            error=last.error or "",
+            n_evidence=len(d.evidence),
+            prompt_tokens=sum(r.prompt_tokens for r in hops) if hops else last.prompt_tokens,
+            completion_tokens=sum(r.completion_tokens for r in hops) if hops else last.completion_tokens,
+            cached=all(r.cached for r in hops) if hops else bool(last.cached),
+            truncated=any(r.truncated for r in hops) if hops else bool(last.truncated),
+            latency=sum(r.latency for r in hops) if hops else last.latency,
+            **{name: int(snap.get(name, 0)) for name in (*STATE_COUNTS, *COUNTERS)},
+        ).row(labels)
         if i < len(replay) and (replay[i]["t"], replay[i]["action"]) != (rec["t"], rec["action"]):
             raise ReplayMismatch(
                 f"episode {i}: logged (t={replay[i]['t']}, action={replay[i]['action']!r}) but replay gave "
@@ -295,4 +292,6 @@ async def run_stream(
             on_episode(rec, events)
         if progress is not None:
             progress.update(1)
+        if len(result.records) == max_episodes:
+            break
     return result

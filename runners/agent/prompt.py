@@ -72,7 +72,7 @@ def render(task: Task, evidence: Sequence[Evidence]) -> tuple[dict[str, str], ..
         lines.append(LETTER_INSTRUCTION)
     else:
         lines.append('Reply as "Answer: <answer>" with a very concise answer and nothing else.')
-    system = task.meta.get("instructions", SYSTEM_PROMPT)
+    system = SYSTEM_PROMPT if task.instructions is None else task.instructions
     return ({"role": "system", "content": system}, {"role": "user", "content": "\n".join(lines)})
 
 

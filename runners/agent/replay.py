@@ -9,6 +9,7 @@ This is the harness side of `python -m analysis.inspect`, which itself reads log
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -96,11 +97,11 @@ def replay_decision(run_dir: str | Path, t: int, key: str | None = None) -> Deci
         raise ValueError(f"--t {t}: no episode at this step in {run_dir} (steps {steps})")
     config = dict(meta["config"])
     spec = validate(OmegaConf.create(config), {})
-    env, memory = spec.env.build(), spec.memory.build()
     record = records[index]
     decision = Decision(record=record, key=record["key"] if key is None else key)
     labels = {name: meta[name] for name in ("experiment", "env", "memory")}
-    try:
+    with contextlib.closing(spec.env.build()) as env, contextlib.suppress(_Reached):
+        memory = spec.memory.build()
         asyncio.run(
             run_stream(
                 env,
@@ -111,10 +112,4 @@ def replay_decision(run_dir: str | Path, t: int, key: str | None = None) -> Deci
                 replay=records[:index],
             )
         )
-    except _Reached:
-        pass
-    finally:
-        close = getattr(env, "close", None)
-        if close is not None:
-            close()
     return decision

@@ -8,6 +8,7 @@ measures the configurations the paper experiments run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import random
 import tempfile
@@ -17,15 +18,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from hydra import compose, initialize_config_dir
-
 from analysis.metrics import sorted_methods
 from envs.base import Outcome, Task
 from runners.agent.loop import run_stream
 from runners.bench.memory import median
-from runners.config import ConfigError, RunSpec, validate
+from runners.compose import compose_spec
+from runners.config import ConfigError, RunSpec
 from runners.registry import swept_memories
-from runners.run import CONF_DIR, run_spec
+from runners.run import run_spec
 
 # The memory config of each method in an environment's paper experiment, in table order (memoryagentbench
 # runs TEPA-Rev with its stated-fact thresholds; conf/experiment/paper_memoryagentbench.yaml).
@@ -33,26 +33,14 @@ PAPER_MEMORIES = tuple(sorted_methods(swept_memories("paper_controlled")))
 MAB_MEMORIES = tuple(swept_memories("paper_memoryagentbench"))
 
 
-def make_spec(*overrides: str) -> RunSpec:
-    """A validated run spec from conf/ with Hydra overrides, as the command line would compose it."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
-    return validate(cfg, cfg.hydra.runtime.choices)
-
-
 def _run(spec: RunSpec, seed: int, env: Any = None) -> list[dict[str, Any]]:
     """One stream through the agent loop (no logs written); its episode records."""
-    env = spec.env.build() if env is None else env
-    try:
+    with contextlib.closing(spec.env.build() if env is None else env) as env:
         result = asyncio.run(
             run_stream(
                 env, spec.memory.build(), spec.llm.build(), seed=seed, labels={"memory": spec.memory.label}
             )
         )
-    finally:
-        close = getattr(env, "close", None)
-        if close is not None:
-            close()
     return result.records
 
 
@@ -74,7 +62,7 @@ def prompt_footprint(
         raise ValueError(f"tail must be between 1 and episodes={episodes}, got {tail!r}")
     out = {}
     for memory in memories:
-        spec = make_spec("env=controlled_drift", f"env.phase_length={episodes // 4}", f"memory={memory}")
+        spec = compose_spec(["env=controlled_drift", f"env.phase_length={episodes // 4}", f"memory={memory}"])
         means, tails = [], []
         for seed in seeds:
             tokens = [r["prompt_tokens"] for r in _run(spec, seed)]
@@ -109,13 +97,10 @@ def end_to_end(
             try:
                 extra = tuple(overrides.get(env, ()))
                 specs = [
-                    make_spec(f"env={env}", f"memory={m}", f"seed={seed}", "progress=false", *extra)
+                    compose_spec([f"env={env}", f"memory={m}", f"seed={seed}", "progress=false", *extra])
                     for m in memories
                 ]
-                probe = specs[0].env.build()  # fail early; warms a data loader's cache for every timing alike
-                close = getattr(probe, "close", None)
-                if close is not None:
-                    close()
+                specs[0].env.build().close()  # fail early; warms a data loader's cache for every timing alike
             except (ConfigError, OSError, ValueError, RuntimeError) as exc:
                 out[env] = {"skipped": f"{type(exc).__name__}: {exc}"}
                 continue
@@ -201,10 +186,12 @@ def scaling(
     tokens: dict[str, list[float]] = {}
     for size in sizes:
         phase_length = math.ceil((size + window) / 4)
-        spec = make_spec("env=controlled_drift", f"env.phase_length={phase_length}")
+        spec = compose_spec(["env=controlled_drift", f"env.phase_length={phase_length}"])
         env = _Replayed(spec.env.build(), size, window, seed=seed)  # one history for every method
         for memory in memories:
-            spec = make_spec("env=controlled_drift", f"env.phase_length={phase_length}", f"memory={memory}")
+            spec = compose_spec(
+                ["env=controlled_drift", f"env.phase_length={phase_length}", f"memory={memory}"]
+            )
             per_rep, tok = [], 0.0
             for _ in range(repeats):
                 stamps: list[float] = []

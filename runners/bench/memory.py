@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tepa.evidence import Observation, Query
-from tepa.protocol import Memory
+from tepa.protocol import Memory, TrialMemory
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ def run_stream_ops(memory: Memory, stream: OpStream) -> float:
     the benchmark is single-threaded, and CPU time does not count the time other processes on a busy
     machine take the core away."""
     phase = [0]
-    if hasattr(memory, "set_trial"):
+    if isinstance(memory, TrialMemory):
         memory.set_trial(stream_trial(stream, phase))
     observe, retrieve, feedback = memory.observe, memory.retrieve, memory.feedback
     start = time.process_time()

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import math
@@ -46,16 +47,14 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from hydra import compose, initialize_config_dir
 from tqdm import tqdm
 
 from analysis.report.paper import lookup
 from runners.agent.loop import run_stream
-from runners.config import validate
+from runners.compose import compose_spec
 from runners.llm.simulated import SimulatedBackend
 from runners.registry import build_memory
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 OVERALL = "overall"  # the phase label of "every episode of the stream"
 LAPSE_PRIOR = 0.05
 CALIBRATION_METHODS = ("no_memory", "oracle_reset")
@@ -138,15 +137,10 @@ class Stream:
 
 def run_one(stream: Stream) -> dict[str, float]:
     """Success rate per phase of one stream, and over all its episodes (`OVERALL`)."""
-    env = stream.env_cls(**dict(stream.env_params))
     memory = build_memory(stream.memory, **dict(stream.memory_params))
     backend = SimulatedBackend(**dict(stream.reader))
-    try:
+    with contextlib.closing(stream.env_cls(**dict(stream.env_params))) as env:
         result = asyncio.run(run_stream(env, memory, backend, seed=stream.seed, labels={}))
-    finally:
-        close = getattr(env, "close", None)
-        if close is not None:
-            close()
     counts: dict[str, list[int]] = {}
     for rec in result.records:
         for phase in (rec["phase"], OVERALL):
@@ -213,14 +207,12 @@ def load_defaults(envs: Iterable[str], methods: Iterable[str]) -> Defaults:
     """Compose and validate conf/ for each environment and each method, as a run would."""
     env: dict[str, tuple[type, dict[str, Any]]] = {}
     memory: dict[str, dict[str, Any]] = {}
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        reader = dict(validate(compose("config", ["llm=simulated"]), {}).llm.params)
-        for name in envs:
-            spec = validate(compose("config", [f"env={name}"]), {"env": name})
-            env[name] = (spec.env.cls, dict(spec.env.params))
-        for name in methods:
-            spec = validate(compose("config", [f"memory={name}"]), {"memory": name})
-            memory[name] = dict(spec.memory.params)
+    reader = dict(compose_spec(["llm=simulated"]).llm.params)
+    for name in envs:
+        spec = compose_spec([f"env={name}"])
+        env[name] = (spec.env.cls, dict(spec.env.params))
+    for name in methods:
+        memory[name] = dict(compose_spec([f"memory={name}"]).memory.params)
     return Defaults(env=env, memory=memory, reader=reader)
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import http.client
 import random
-import threading
 from collections import Counter
 from dataclasses import dataclass, fields
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
+
+from tests.helpers.loopback import LoopbackServer, send
 
 GARBAGE_BODY = b'{"id": "garbage", "object": "chat.completion", "choices": []}'
 
@@ -41,7 +42,7 @@ class FaultRates:
         return cls(**{f.name: rate for f in fields(cls)})
 
 
-class FaultProxy:
+class FaultProxy(LoopbackServer):
     """Run with `with FaultProxy(upstream) as proxy:`; point the client at `proxy.base_url`.
 
     `rates` may be reassigned between batches (e.g. pass-through, then faulty)."""
@@ -57,8 +58,9 @@ class FaultProxy:
         parts = urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname or not parts.port:
             raise ValueError(f"upstream: expected http://host:port[/path], got {upstream!r}")
+        super().__init__()
         self.upstream = (parts.hostname, parts.port)
-        self._path = parts.path.rstrip("/")
+        self.url_path = parts.path.rstrip("/")  # the upstream's path (e.g. /v1) on the proxy's port
         self.rates = rates
         self.retry_after = retry_after
         self.hang_seconds = hang_seconds
@@ -66,26 +68,6 @@ class FaultProxy:
         self.upstream_requests = 0
         self.last_authorization: str | None = None  # what the client sent (tests check the key is used)
         self._rng = random.Random(seed)
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        """The URL to give the client: the upstream's path (e.g. /v1) on the proxy's port."""
-        return f"http://127.0.0.1:{self._server.server_address[1]}{self._path}"
-
-    def __enter__(self) -> FaultProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
 
     def reset_counts(self) -> None:
         with self._lock:
@@ -119,51 +101,25 @@ class FaultProxy:
         finally:
             conn.close()
 
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-            def _send(self, status: int, headers: dict[str, str], body: bytes) -> None:
-                try:
-                    self.send_response(status)
-                    for name, value in headers.items():
-                        self.send_header(name, value)
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                except (BrokenPipeError, ConnectionResetError):
-                    self.close_connection = True  # the client timed out meanwhile
-
-            def _relay(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
-                proxy.last_authorization = self.headers.get("Authorization")
-                action = proxy._choose() if self.command == "POST" else "forwarded"
-                json_type = {"Content-Type": "application/json"}
-                if action == "rate_limited":
-                    retry = {"Retry-After": proxy.retry_after, **json_type}
-                    self._send(429, retry, b'{"error": {"message": "rate limited", "type": "rate_limit"}}')
-                elif action == "server_error":
-                    self._send(
-                        500, json_type, b'{"error": {"message": "injected failure", "type": "server"}}'
-                    )
-                elif action == "hang":
-                    proxy._stop.wait(proxy.hang_seconds)
-                    self.close_connection = True
-                elif action == "garbage":
-                    self._send(200, json_type, GARBAGE_BODY)
-                else:
-                    status, kept, upstream_body = proxy._forward(self.command, self.path, headers, body)
-                    if action == "truncated":
-                        upstream_body = upstream_body[: len(upstream_body) // 2]
-                    self._send(status, kept, upstream_body)
-
-            do_GET = do_POST = _relay
-
-        return Handler
+    def handle(self, request: BaseHTTPRequestHandler) -> None:
+        length = int(request.headers.get("Content-Length") or 0)
+        body = request.rfile.read(length) if length else b""
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "connection")}
+        self.last_authorization = request.headers.get("Authorization")
+        action = self._choose() if request.command == "POST" else "forwarded"
+        json_type = {"Content-Type": "application/json"}
+        if action == "rate_limited":
+            retry = {"Retry-After": self.retry_after, **json_type}
+            send(request, 429, retry, b'{"error": {"message": "rate limited", "type": "rate_limit"}}')
+        elif action == "server_error":
+            send(request, 500, json_type, b'{"error": {"message": "injected failure", "type": "server"}}')
+        elif action == "hang":
+            self._stop.wait(self.hang_seconds)
+            request.close_connection = True
+        elif action == "garbage":
+            send(request, 200, json_type, GARBAGE_BODY)
+        else:
+            status, kept, upstream_body = self._forward(request.command, request.path, headers, body)
+            if action == "truncated":
+                upstream_body = upstream_body[: len(upstream_body) // 2]
+            send(request, status, kept, upstream_body)

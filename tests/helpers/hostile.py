@@ -3,35 +3,20 @@ in process, and a search for a secret in every file a run leaves (Parquet decode
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from hydra import compose, initialize_config_dir
 
-from runners.run import CONF_DIR, PROJECT_ROOT, execute
+from tests.helpers.runner import run_overrides
 
 SENTINEL = "sk-test-SENTINEL-0123456789abcdef"
-TINY = ("env.phase_length=2",)  # controlled drift: 4 phases x 2 = 8 episodes
-
-
-def cli(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """`python -m runners.run ARGS` in `cwd`, as a user types it."""
-    return subprocess.run(
-        [sys.executable, "-m", "runners.run", *args], capture_output=True, text=True, cwd=cwd, timeout=120,
-        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT), **(env or {})},
-    )  # fmt: skip
+TINY = ("max_episodes=8",)  # every stream stops after 8 episodes
 
 
 def run(results: Path, *overrides: str):
     """The runner in process (validate, build, run every stream) on a tiny controlled-drift stream."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(
-            "config", overrides=[f"results_dir={results}", *TINY, *overrides], return_hydra_config=True
-        )
-    return execute(cfg, cfg.hydra.runtime.choices)
+    return run_overrides(f"results_dir={results}", *TINY, *overrides)
 
 
 def one_line_error(proc: subprocess.CompletedProcess) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 
 import pandas as pd
@@ -18,11 +19,10 @@ def run_methods(make_env: Callable[[], Environment], seeds: range, methods: list
     rows, events = [], []
     for m in methods or memory_names():
         for s in seeds:
-            env = make_env()
-            res = asyncio.run(
-                run_stream(env, build_memory(m), SimulatedBackend(), seed=s, labels={"memory": m})
-            )
-            getattr(env, "close", lambda: None)()
+            with contextlib.closing(make_env()) as env:
+                res = asyncio.run(
+                    run_stream(env, build_memory(m), SimulatedBackend(), seed=s, labels={"memory": m})
+                )
             rows += res.records
             events += [{**e, "memory": m, "seed": s} for e in res.events]
     return pd.DataFrame(rows), pd.DataFrame(events)
