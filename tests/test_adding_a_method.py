@@ -1,5 +1,5 @@
 """Adding a built-in memory method is one class file plus one YAML file: done here in a copy of the
-project, then run through a paper experiment (shortened) by the real command line, and analysed."""
+project, then run through a paper experiment (tiny: `max_episodes`) by the real command line, and analysed."""
 
 from __future__ import annotations
 
@@ -92,12 +92,12 @@ def test_a_method_added_as_one_class_file_and_one_yaml_runs_in_a_paper_experimen
 
     run = _python(
         project, "-m", "runners.run", "-m", "experiment=paper_controlled", "memory=no_memory,keep_first",
-        "seeds=[0,1]", "env.phase_length=10", f"results_dir={results}", "progress=false",
+        "seeds=[0,1]", "max_episodes=20", f"results_dir={results}", "progress=false",
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     for seed in (0, 1):
         method = results / "runs" / "paper_controlled" / "controlled_drift" / "keep_first"
-        meta = json.loads((method / "env.phase_length=10" / f"seed={seed}" / "meta.json").read_text())
+        meta = json.loads((method / "max_episodes=20" / f"seed={seed}" / "meta.json").read_text())
         assert meta["complete"] is True and meta["config"]["memory"]["_target_"].endswith("KeepFirst")
         assert meta["identity"]["memory"] == {"option": "keep_first", "top_k": 8}  # display is not identity
 
