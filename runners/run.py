@@ -201,7 +201,7 @@ async def _stream(
 ) -> StreamOutcome:
     """One stream under its lock: skipped when complete and verified, else resumed or run."""
     env = part[0]
-    identity = stream_identity(spec, seed, variant, getattr(env, "provenance", None))
+    identity = stream_identity(spec, seed, variant, env.provenance)
     name = variant.name if variant is not None else ""
     directory = stream_dir(spec.results_dir, spec.name, spec.env.label, spec.memory.label, seed, name)
     slog = StreamLog(directory, identity)
