@@ -4,14 +4,15 @@ An environment is a seeded stream of `Task`s, each labelled with its phase. The 
 renders a prompt, lets the backend choose, then calls `execute`, whose `Outcome` carries the
 observations to write back to memory. `trial` lets TEPA-Full validate a candidate precedent by real
 execution before it is promoted. A class of one's own can inherit `EnvironmentBase` for the members
-most environments leave at their defaults (`close`), and check itself with `envs.check_env`.
+most environments leave at their defaults (`close`, `operational`, `provenance`), and check itself with
+`envs.check_env`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from tepa.evidence import Observation
 
@@ -76,9 +77,16 @@ class Outcome:
 
 @runtime_checkable
 class Environment(Protocol):
-    """A seeded, phase-labelled stream of tasks (`EnvironmentBase` gives the usual defaults)."""
+    """A seeded, phase-labelled stream of tasks (`EnvironmentBase` gives the usual defaults).
+
+    `operational` names the constructor parameters that change where files live but not the stream (a
+    data folder, a sandbox location): a rerun that changes only these continues the same streams.
+    `provenance` fingerprints the input data files when the environment reads any (None otherwise): it
+    is part of a stream's identity, so changed data makes a new stream."""
 
     name: str
+    operational: ClassVar[frozenset[str]]
+    provenance: dict[str, str] | None
 
     def reset(self, seed: int) -> None:
         """Start a fresh, reproducible stream (fresh sandbox, fresh regime draw)."""
@@ -106,11 +114,15 @@ class Environment(Protocol):
 
 
 class EnvironmentBase:
-    """Defaults for the members most environments need not write: `close` (nothing to release).
+    """Defaults for the members most environments need not write: `close` (nothing to release), no
+    operational parameters, no data files (`provenance` None).
 
     Inherit it in an environment of your own and write the rest of `Environment`; the runner checks the
     members at start-up and names any that is missing.
     """
+
+    operational: ClassVar[frozenset[str]] = frozenset()
+    provenance: dict[str, str] | None = None
 
     def close(self) -> None:
         """Nothing to release."""

@@ -5,8 +5,8 @@ option and its parameters (not the Python path of the class, so moving a class k
 counts only where the user chose it, as with `memory=custom memory._target_=...`), the seed, a
 truncation (`max_episodes`, when set: a truncated stream is never the full one), and the fingerprint
 of the input data when the environment reads data files (its `provenance`). Keys that change how a
-stream runs but not its episodes (a backend's timeouts, declared by the backend class as its
-`operational` keys; an environment's data folder) are not part of it.
+stream runs but not its episodes (a backend's timeouts, an environment's data folder: what the class
+declares as its `operational` keys) are not part of it.
 
 Directories stay readable: `results/runs/<experiment>/<env>/<memory>/seed=<n>/` holds the experiment's
 own configuration (the config composed from the same options, without value overrides). A configuration
@@ -38,9 +38,6 @@ from runners.registry import HARNESS_KEYS
 GROUPS = ("env", "memory", "llm")
 # Top-level keys that change a stream's episodes (`max_episodes` truncates it): part of its identity.
 RUN_KEYS = ("max_episodes",)
-# Environments' settings that change where files live, not the episodes (the content of data files is
-# fingerprinted instead, see the module docstring). A backend declares its own (`Backend.operational`).
-ENV_OPERATIONAL = frozenset({"data_dir", "sandbox_dir"})
 _SAFE = re.compile(r"[A-Za-z0-9_.=+,-]{1,120}")
 _REFERENCE = re.compile(r"\$\{\s*(\.?[A-Za-z_][\w.]*)\s*\}")
 
@@ -120,14 +117,12 @@ def _component_values(cfg: DictConfig, group: str) -> dict[str, Any]:
 
 def _operational(group: str, target: Any) -> frozenset[str]:
     """Keys of `group` that change how a stream runs, not its episodes: a rerun that changes only these
-    continues (or skips) the same streams."""
-    if group == "env":
-        return ENV_OPERATIONAL
-    if group == "llm" and isinstance(target, str) and "." in target:
+    continues (or skips) the same streams. Environments and backends declare them (`operational`)."""
+    if group in ("env", "llm") and isinstance(target, str) and "." in target:
         module, _, name = target.rpartition(".")
         try:
             return getattr(importlib.import_module(module), name).operational
-        except (ImportError, AttributeError):  # not a backend: validation names the problem
+        except (ImportError, AttributeError):  # not a class of the group: validation names it
             return frozenset()
     return frozenset()
 

@@ -201,7 +201,7 @@ async def _stream(
 ) -> StreamOutcome:
     """One stream under its lock: skipped when complete and verified, else resumed or run."""
     env = part[0]
-    identity = stream_identity(spec, seed, variant, getattr(env, "provenance", None))
+    identity = stream_identity(spec, seed, variant, env.provenance)
     name = variant.name if variant is not None else ""
     directory = stream_dir(spec.results_dir, spec.name, spec.env.label, spec.memory.label, seed, name)
     slog = StreamLog(directory, identity)
@@ -256,10 +256,7 @@ def _rebuild(spec: RunSpec, part: list[Any]) -> None:
 def _skip_in(bar: tqdm, env: Any, max_episodes: int | None) -> None:
     """Take a skipped stream's episodes out of the progress bar's total."""
     if bar.total is not None:
-        try:
-            bar.total -= _total([env], max_episodes)
-        except TypeError:
-            return
+        bar.total -= _total([env], max_episodes)
         bar.refresh()
 
 
@@ -320,12 +317,9 @@ def _until_failed_call(replay: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return replay
 
 
-def _total(envs: list[Any], max_episodes: int | None) -> int | None:
-    """Episodes in all streams, when every environment knows its length (`len(env)`)."""
-    try:
-        return sum(min(len(env), max_episodes or len(env)) for env in envs)
-    except TypeError:
-        return None
+def _total(envs: list[Any], max_episodes: int | None) -> int:
+    """Episodes in all streams (`len(env)`, at most `max_episodes` each)."""
+    return sum(min(len(env), max_episodes or len(env)) for env in envs)
 
 
 @functools.cache

@@ -78,6 +78,7 @@ class NoClose:
     """Everything but `close` and `__len__`."""
 
     name = "no_close"
+    operational, provenance = frozenset(), None
     reset, tasks, execute, trial = Toy.reset, Toy.tasks, Toy.execute, Toy.trial
     phase_boundaries = Toy.phase_boundaries
 

@@ -1,4 +1,4 @@
-"""A stream's identity ignores what a backend declares operational, and nothing else."""
+"""A stream's identity ignores what a backend or an environment declares operational, and nothing else."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from runners.llm.backend import Reply, Request
 from runners.run import CONF_DIR
 
 
-def identity_of(*overrides: str):
-    options = ["llm=openai", "llm.model=m", *overrides]
+def identity_of(*overrides: str, env: str = "controlled_drift"):
+    options = [f"env={env}", "llm=openai", "llm.model=m", *overrides]
     cfg = compose_config(options)
-    choices = {"env": "controlled_drift", "memory": "tepa_rev", "llm": "openai"}
+    choices = {"env": env, "memory": "tepa_rev", "llm": "openai"}
     spec = validate(cfg, choices)
     variant = variant_of(cfg, choices, str(CONF_DIR))
     return variant, stream_identity(spec, 0, variant, None)
@@ -25,6 +25,15 @@ def test_changing_only_a_backends_operational_keys_keeps_the_stream():
     variant, identity = identity_of("llm.timeout=5", "llm.max_retries=1", "llm.price_in=2.5")
     assert variant.name == base_variant.name
     assert identity == base
+
+
+def test_changing_only_an_environments_operational_keys_keeps_the_stream(tmp_path):
+    base_variant, base = identity_of(env="executable_drift")
+    variant, identity = identity_of(f"env.sandbox_dir={tmp_path}", env="executable_drift")
+    assert variant.name == base_variant.name
+    assert identity == base
+    _, changed = identity_of("env.time_limit=1.0", env="executable_drift")
+    assert changed != base
 
 
 def test_a_backend_setting_that_changes_answers_is_a_new_stream():

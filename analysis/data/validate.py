@@ -17,16 +17,16 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from analysis.record import LABELS, TYPES
+
 # What each column the analysis relies on must hold (nulls are refused in all of them).
-_COLUMN_TYPES = {
-    "experiment": (pa.types.is_string, "text"),
-    "env": (pa.types.is_string, "text"),
-    "memory": (pa.types.is_string, "text"),
-    "phase": (pa.types.is_string, "text"),
-    "seed": (pa.types.is_integer, "integers"),
-    "t": (pa.types.is_integer, "integers"),
-    "success": (pa.types.is_boolean, "booleans"),
+_CHECKS = {
+    str: (pa.types.is_string, "text"),
+    int: (pa.types.is_integer, "integers"),
+    bool: (pa.types.is_boolean, "booleans"),
 }
+# The columns the analysis relies on, checked against their types in the episode record.
+_COLUMN_TYPES = {name: _CHECKS[TYPES[name]] for name in (*LABELS, "phase", "seed", "t", "success")}
 
 
 def check_episodes(table: pa.Table, path: Path) -> None:

@@ -49,7 +49,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from numbers import Real
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from envs.base import TRIAL_KINDS, EnvironmentBase, Outcome, Task
 from envs.executable_drift.sandbox import Layout, Refused, Sandbox, check_invocation, split_invocation
@@ -86,6 +86,7 @@ class ExecutableDrift(EnvironmentBase):
     """
 
     name = "executable_drift"
+    operational: ClassVar[frozenset[str]] = frozenset({"sandbox_dir"})  # where the sandbox lives
 
     def __init__(
         self,

@@ -36,7 +36,7 @@ import os
 import random
 from collections import defaultdict
 from collections.abc import Hashable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from envs.base import TRIAL_KINDS, EnvironmentBase, MultiHop, Outcome, Task
 from envs.memoryagentbench.data import load_conflict_resolution, load_mquake_templates, local_data_dir
@@ -117,6 +117,7 @@ class MemoryAgentBench(EnvironmentBase):
     """The FactConsolidation stream of one source (see the module docstring)."""
 
     name = "memoryagentbench"
+    operational: ClassVar[frozenset[str]] = frozenset({"data_dir"})  # its content is the provenance
 
     def __init__(
         self,
