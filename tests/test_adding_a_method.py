@@ -82,6 +82,13 @@ def test_a_method_added_as_one_class_file_and_one_yaml_runs_in_a_paper_experimen
     project = _project_with_the_method(tmp_path / "project")
     results = tmp_path / "results"
 
+    checked = _python(
+        project,
+        "-c",
+        "from tepa import check_memory; from baselines.keep_first import KeepFirst; check_memory(KeepFirst)",
+    )
+    assert checked.returncode == 0, checked.stderr  # the protocol's properties, before any run
+
     listed = _python(
         project,
         "-c",
