@@ -5,14 +5,8 @@ process that runs them (`worker`) and the sandbox (`sandbox`).
 (`python -m envs.executable_drift.<module>`) does not import the environment first.
 """
 
-from typing import Any
+from tepa.lazy import lazy_exports
 
 __all__ = ["ExecutableDrift"]
 
-
-def __getattr__(name: str) -> Any:
-    if name == "ExecutableDrift":
-        from envs.executable_drift.env import ExecutableDrift
-
-        return ExecutableDrift
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, {"ExecutableDrift": "envs.executable_drift.env"})

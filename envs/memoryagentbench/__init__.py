@@ -5,14 +5,8 @@ the source format (`parse`) and the benchmark's metric (`metric`).
 (`python -m envs.memoryagentbench.<module>`) does not import the environment first.
 """
 
-from typing import Any
+from tepa.lazy import lazy_exports
 
 __all__ = ["MemoryAgentBench"]
 
-
-def __getattr__(name: str) -> Any:
-    if name == "MemoryAgentBench":
-        from envs.memoryagentbench.env import MemoryAgentBench
-
-        return MemoryAgentBench
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, {"MemoryAgentBench": "envs.memoryagentbench.env"})
