@@ -20,7 +20,7 @@ from runners.agent.prompt import count_message_tokens
 from runners.config import ConfigError, RunSpec
 from runners.llm.backend import Reply, Request
 from runners.llm.openai_backend import OpenAIBackend, check_budget, planned_cost
-from runners.llm.simulated import SimulatedBackend
+from runners.llm.simulated.reader import SimulatedBackend
 
 
 @dataclass(frozen=True)

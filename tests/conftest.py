@@ -16,7 +16,7 @@ import pytest
 
 from runners.compose import compose_spec
 from runners.config import RunSpec
-from runners.llm.local_llm import LocalLLMUnavailable, local_llm_server, require_local_llm
+from runners.llm.local.serve import LocalLLMUnavailable, local_llm_server, require_local_llm
 from tests.helpers.runner import run_overrides
 from tests.helpers.stub_server import StubServer
 
@@ -72,5 +72,5 @@ def llm_server() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def gemma_server() -> Iterator[str]:
-    """The base_url of a real Gemma 3 270M server (runners.llm.llama_server), started once per session."""
+    """The base_url of a real Gemma 3 270M server (`runners.llm.local.llama_server`), one per session."""
     yield from _serve("gemma3", 2048)

@@ -1,12 +1,12 @@
-"""The calibration procedure's logic (runners/llm/calibrate.py) on tiny streams: targets and loss, grid
-selection, run deduplication, the identification claims the procedure rests on, and the reports."""
+"""The calibration procedure's logic (runners/llm/simulated/calibrate.py) on tiny streams: targets and
+loss, grid selection, run deduplication, the identification claims the procedure rests on, and the reports."""
 
 import json
 
 import pytest
 
-from runners.llm import calibrate as cal
-from runners.llm.calibrate import Grid, Stream
+from runners.llm.simulated import calibrate as cal
+from runners.llm.simulated.calibrate import Grid, Stream
 
 TINY = {
     "controlled_drift": {"phase_length": 12},

@@ -12,7 +12,7 @@ from envs.base import Task
 from runners.agent.prompt import EVIDENCE_LINE, render
 from runners.llm.backend import Request
 from runners.llm.openai_backend import OpenAIBackend
-from runners.llm.simulated import SimulatedBackend
+from runners.llm.simulated.reader import SimulatedBackend
 from tepa.evidence import Evidence
 
 SEPARATORS = ["\n", "\r", "\r\n", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]

@@ -13,7 +13,7 @@ import pytest
 from analysis.inspect import main
 from runners.agent.replay import replay_decision
 from runners.llm.backend import Reply, Request
-from runners.llm.simulated import SimulatedBackend
+from runners.llm.simulated.reader import SimulatedBackend
 from runners.run import PROJECT_ROOT
 from tests.helpers.runner import run_overrides
 

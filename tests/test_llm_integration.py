@@ -10,7 +10,7 @@ import time
 import pytest
 
 from runners.llm.backend import Request
-from runners.llm.local_llm import MODEL_ALIAS
+from runners.llm.local.serve import MODEL_ALIAS
 from runners.llm.openai_backend import OpenAIBackend
 from tests.helpers.fault_proxy import FaultProxy, FaultRates
 

@@ -1,5 +1,5 @@
 """Log-likelihood scoring against the REAL local models (make test-llm): SmolLM2-135M-Instruct behind
-llama-cpp-python's server and Gemma 3 270M behind runners.llm.llama_server. Memory that names an option
+llama-cpp-python's server and Gemma 3 270M behind runners.llm.local.llama_server. Memory that names an option
 raises that option's score; the preset action names are one token each; the plan's token estimate is
 within 10% of what a real run reports. Nothing is asserted on exact numbers. Skipped, with the reason,
 when the local-llm extra is not installed."""
@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from envs.base import Task
 from runners.agent.prompt import labels_for, render
 from runners.llm.backend import Request
-from runners.llm.local_llm import GEMMA_ALIAS, MODEL_ALIAS
+from runners.llm.local.serve import GEMMA_ALIAS, MODEL_ALIAS
 from runners.llm.openai_backend import OpenAIBackend
 from runners.run import CONF_DIR, PROJECT_ROOT
 from runners.runlog import EPISODES

@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from runners.llm.local_llm import free_port, port_in_use
+from runners.llm.local.serve import free_port, port_in_use
 from runners.run import PROJECT_ROOT
 from runners.runlog import EPISODES, META
 from tests.helpers.fault_proxy import FaultProxy, FaultRates
@@ -194,7 +194,7 @@ def test_local_llm_serves_while_a_command_runs_and_exits_with_its_code(llm_serve
         f"r = urllib.request.urlopen('http://127.0.0.1:{port}/v1/models', timeout=10); "
         "sys.exit(3 if r.status == 200 else 1)"
     )
-    serve = [sys.executable, "-m", "runners.llm.local_llm", "--port", str(port)]
+    serve = [sys.executable, "-m", "runners.llm.local.serve", "--port", str(port)]
     proc = subprocess.run(
         [*serve, "--", sys.executable, "-c", probe], capture_output=True, text=True, timeout=300
     )

@@ -11,7 +11,7 @@ from envs.base import MultiHop, Outcome, Task
 from envs.controlled_drift import ControlledDrift
 from runners.agent.loop import STREAM_GC_THRESHOLD, ReplayMismatch, run_stream
 from runners.llm.backend import Reply, Request
-from runners.llm.simulated import SimulatedBackend
+from runners.llm.simulated.reader import SimulatedBackend
 from tepa import Observation
 from tepa.tepa_rev import TEPARev
 

@@ -13,7 +13,7 @@ from analysis.data.load import ANALYSIS_COLUMNS
 from analysis.record import COLUMNS, COUNTERS, FIELDS, LABELS, STATE_COUNTS, TYPES
 from envs.controlled_drift import ControlledDrift
 from runners.agent.loop import run_stream
-from runners.llm.simulated import SimulatedBackend
+from runners.llm.simulated.reader import SimulatedBackend
 from runners.registry import build_memory
 from runners.runlog import parquet_bytes
 

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from analysis.metrics import Analysis
-from analysis.report import paper
-from analysis.report.scorecard import REASONS, scorecard
+from analysis.reference import paper
+from analysis.reference.scorecard import REASONS, scorecard
 
 ROOT = Path(__file__).resolve().parents[1]
 CELL = {"experiment": "paper_controlled", "env": "controlled_drift", "phase": "full_reversal"}

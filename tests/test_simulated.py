@@ -5,7 +5,7 @@ import pytest
 from envs.base import Task
 from runners.agent.prompt import render
 from runners.llm.backend import Request
-from runners.llm.simulated import SimulatedBackend
+from runners.llm.simulated.reader import SimulatedBackend
 from tepa.evidence import Evidence
 
 

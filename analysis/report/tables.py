@@ -26,7 +26,7 @@ from analysis.metrics import (
     settings,
     sorted_experiments,
 )
-from analysis.report import paper, scorecard
+from analysis.reference import paper, scorecard
 from analysis.stats import EXACT_MAX_PAIRS, N_RESAMPLES
 
 SUFFIXES = (".md", ".csv", ".tex")

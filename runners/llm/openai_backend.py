@@ -434,7 +434,7 @@ class OpenAIBackend:
                 raise ConfigError(
                     f"llm.scoring=loglik: {_public_url(self.base_url)} returns no prompt log-probabilities "
                     f"({exc}); it needs echo with logprobs on /completions (vLLM, llama-cpp-python with "
-                    "all logits, python -m runners.llm.local_llm), or use llm.scoring=logprobs or text"
+                    "all logits, python -m runners.llm.local.serve), or use llm.scoring=logprobs or text"
                 ) from None
             used = _usage(usage, count_tokens(prompt), str(choice.get("text") or "")[len(prompt) :])
             spent_prompt += used[0]

@@ -10,7 +10,7 @@ import pandas as pd
 
 from envs.base import Environment
 from runners.agent.loop import run_stream
-from runners.llm.simulated import SimulatedBackend
+from runners.llm.simulated.reader import SimulatedBackend
 from runners.registry import build_memory, memory_names
 
 

@@ -20,7 +20,7 @@ without evidence.
 
 Randomness comes from a splitmix64 generator seeded by blake2b(seed, prompt text), so the reply is a
 function of the prompt and the seed alone. The parameters are global: calibrated once for all methods and
-settings (`python -m runners.llm.calibrate`, see conf/llm/simulated.yaml), never per method.
+settings (`python -m runners.llm.simulated.calibrate`, see conf/llm/simulated.yaml), never per method.
 """
 
 from __future__ import annotations

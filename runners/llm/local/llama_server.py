@@ -225,7 +225,7 @@ def serve(model: LoglikModel, port: int) -> ThreadingHTTPServer:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m runners.llm.llama_server", description=__doc__.split(".")[0]
+        prog="python -m runners.llm.local.llama_server", description=__doc__.split(".")[0]
     )
     parser.add_argument("--model", type=Path, required=True, help="the GGUF file")
     parser.add_argument("--alias", required=True, help="the model name clients send")

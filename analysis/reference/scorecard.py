@@ -1,6 +1,6 @@
 """The reproduction scorecard: every number the TEPA paper reports, ours beside it, and a verdict.
 
-One row per number of `analysis.report.paper.PAPER_NUMBERS`, plus one row per p-value claim (a paper number
+One row per number of `analysis.reference.paper.PAPER_NUMBERS`, plus one row per p-value claim (a paper number
 whose note says "p < x"). Verdicts, decided from the data alone:
 
 - reproduced: the paper's value lies inside our 95% interval, or within `TOLERANCE` of our mean;
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from analysis.metrics import Analysis, method_label
-from analysis.report import paper
+from analysis.reference import paper
 
 #: |ours - paper| at or below this counts as reproduced, whatever the interval.
 TOLERANCE = 0.03

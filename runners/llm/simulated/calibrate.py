@@ -1,7 +1,7 @@
 """Calibrate the simulated reader once, on No Memory and Oracle Reset, and report how much the results
 depend on the reader parameters that are set a priori.
 
-    python -m runners.llm.calibrate [--seeds 3] [--workers 2] [--out results]
+    python -m runners.llm.simulated.calibrate [--seeds 3] [--workers 2] [--out results]
 
 writes `calibration.{json,md}` and `sensitivity.{json,md}` to `--out`. It never changes a default: it
 reports the grid point the procedure selects next to the configured defaults (conf/llm/simulated.yaml,
@@ -10,7 +10,7 @@ conf/env/*.yaml), so that a mismatch is visible instead of silently fixed.
 The procedure (global parameters, calibrated once for all methods and settings, on No
 Memory and Oracle Reset, never per method):
 
-- Targets: No Memory's paper numbers (`analysis.report.paper`) in the three drift settings, and, for Oracle
+- Targets: No Memory's paper numbers (`analysis.reference.paper`) in the three drift settings, and, for Oracle
   Reset in the two settings whose phase boundaries are the true change points, the clean-memory ceiling
   `1 - lapse * (A - 1) / A` (shown only current evidence, a reader should err only when it lapses). The
   paper has no Oracle Reset number; no other method enters the loss.
@@ -49,10 +49,10 @@ from typing import Any
 
 from tqdm import tqdm
 
-from analysis.report.paper import lookup
+from analysis.reference.paper import lookup
 from runners.agent.loop import run_stream
 from runners.compose import compose_spec
-from runners.llm.simulated import SimulatedBackend
+from runners.llm.simulated.reader import SimulatedBackend
 from runners.registry import build_memory
 
 OVERALL = "overall"  # the phase label of "every episode of the stream"
@@ -475,7 +475,8 @@ def procedure(cal: Calibration) -> str:
     return f"""\
 The simulated reader's global parameters are calibrated once, for every method and setting together, on
 No Memory and Oracle Reset only (never per method; no other method's result enters the loss), by
-`python -m runners.llm.calibrate` over seeds {list(cal.seeds)} (shortened for time: {shorter or "nothing"}).
+`python -m runners.llm.simulated.calibrate` over seeds {list(cal.seeds)} \
+(shortened for time: {shorter or "nothing"}).
 **Targets:** No Memory's paper numbers (controlled drift full reversal {t["controlled_drift"]:.3f},
 executable drift full reversal {t["executable_drift"]:.3f}, preference stream overall
 {t["preference_stream"]:.3f}) and, in the two drift settings, Oracle Reset at full reversal against the
@@ -605,7 +606,8 @@ def sensitivity_markdown(sens: Sensitivity) -> str:
     parts = [
         "# Sensitivity of the results to the simulated reader's parameters",
         "",
-        f"`python -m runners.llm.calibrate`, seeds {list(sens.seeds)}. Every environment, memory method and "
+        f"`python -m runners.llm.simulated.calibrate`, seeds {list(sens.seeds)}. Every environment, memory "
+        "method and "
         f"reader parameter is at its configured default ({reader}) except the one named in the row, "
         "moved one at a time. The weights and the half-life are set a priori (the calibration targets "
         "cannot identify them) and lapse is placed by its prior (calibration.md), so these rows show "
@@ -681,7 +683,7 @@ def grid_text(cal: Calibration) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m runners.llm.calibrate", description=__doc__.split("\n")[0]
+        prog="python -m runners.llm.simulated.calibrate", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--seeds", type=int, default=3, help="run seeds 0..N-1 (default 3)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
