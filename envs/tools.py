@@ -398,11 +398,11 @@ class Archive(Tool):
 
     def operate(self, sandbox: Sandbox, params: dict[str, Any]) -> str:
         src, out = params["src"], params["out"]
-        if not src.is_dir():
+        if not os.path.isdir(src):
             raise ToolError(f"archive: error: {sandbox.relative(src)}: not a directory")
         members = []
         with _open_new(out) as handle:
-            for path, name in _plain_files(str(src), src.name, str(out)):
+            for path, name in _plain_files(src, os.path.basename(src), out):
                 with open(path, "rb") as member:
                     members.append((name, member.read()))
             handle.write(_pack(tuple(members)))
