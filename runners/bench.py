@@ -10,8 +10,8 @@ memory-operation benchmark counts CPU time, not wall time. Four benchmarks and o
 3. end to end: episodes per second of the runner on the simulated backend, per environment;
 4. scaling: the cost of an episode after a stream 1x, 10x and 100x as long, and its log-log slope;
 plus the wall time of `make reproduce` (its experiments side by side, then the analysis, into a temporary
-results_dir) and, in the same run, the time to verify every stream it wrote against its checksums (what a rerun does before it
-skips a stream, and the analysis before it reads one), as a fraction of that wall time.
+results_dir) and, in the same run, the time to verify every stream it wrote against its checksums (what a
+rerun does before it skips a stream, and the analysis before it reads one), as a fraction of that wall time.
 
 Writes the JSON (`--out`) and a markdown report beside it (`bench.md`) with every figure against its
 target.

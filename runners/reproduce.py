@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     result = run_side_by_side(steps(args.results_dir))
     if "failed" in result:
         print(f"failed: {result['failed']}", file=sys.stderr)
-        return int(result["exit_code"]) or 1
+        code = int(result["exit_code"])
+        return 128 - code if code < 0 else code  # killed by a signal: the shell's 128 + its number
     print(f"all experiments done in {result['wall_s']:g} s", flush=True)
     return 0
 
