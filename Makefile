@@ -51,7 +51,7 @@ bench: $(STAMP) ## benchmarks into results/bench.{json,md}
 
 # Calibrate the simulated reader on No Memory and Oracle Reset, and the sensitivity of the results to it.
 calibrate: $(STAMP) ## calibrate the simulated reader; sensitivity report
-	$(BIN)/python -m runners.calibrate --out results
+	$(BIN)/python -m runners.llm.calibrate --out results
 
 # --- real local models: SmolLM2-135M-Instruct and Gemma 3 270M behind llama.cpp -------------------------
 LLM_STAMP := $(VENV)/.installed-llm-stamp
@@ -69,7 +69,7 @@ $(LLM_STAMP): $(STAMP)
 	touch $(LLM_STAMP)
 
 serve-llm: $(LLM_STAMP) ## serve a local model (LLM_MODEL=smollm2 or gemma3) on LLM_PORT
-	$(BIN)/python -m runners.local_llm --model $(LLM_MODEL) --port $(LLM_PORT)
+	$(BIN)/python -m runners.llm.local_llm --model $(LLM_MODEL) --port $(LLM_PORT)
 
 # Integration tests of the openai backend and the runner against the real local servers (started by the tests).
 test-llm: $(LLM_STAMP) ## integration tests against the real local models
@@ -78,7 +78,7 @@ test-llm: $(LLM_STAMP) ## integration tests against the real local models
 # Controlled drift on Gemma 3 270M with log-likelihood scoring (about 30 minutes on 2 cores), kept apart
 # under results/llm/: one job at a time, so that one decision's option requests reach the server together.
 reproduce-llm: $(LLM_STAMP) ## the real-model drift experiment into results/llm/
-	$(BIN)/python -m runners.local_llm --model gemma3 --port $(LLM_PORT) -- \
+	$(BIN)/python -m runners.llm.local_llm --model gemma3 --port $(LLM_PORT) -- \
 		$(RUN) experiment=llm_drift hydra.launcher.n_jobs=1 llm.base_url=http://127.0.0.1:$(LLM_PORT)/v1
 	$(BIN)/python -m analysis --runs results/llm/runs --out results/llm --backend-note results/llm/BACKEND.md
 	$(BIN)/python -m analysis.choices --runs results/llm/runs --out results/llm \

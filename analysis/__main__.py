@@ -8,13 +8,13 @@ import sys
 import time
 from pathlib import Path
 
-from analysis.ablation import ablation_table
-from analysis.figures import make_figures
-from analysis.load import load_runs
+from analysis.data.load import load_runs
+from analysis.data.validate import check_options, check_reference
 from analysis.metrics import DEFAULT_TOLERANCE, DEFAULT_WINDOW, INTERVALS, analyse
-from analysis.report import SIMULATED_BACKEND_NOTE, write_report
-from analysis.tables import build_tables, write_tables
-from analysis.validate import check_options, check_reference
+from analysis.report.ablation import ablation_table
+from analysis.report.figures import make_figures
+from analysis.report.readme import SIMULATED_BACKEND_NOTE, write_report
+from analysis.report.tables import build_tables, write_tables
 
 log = logging.getLogger("analysis")
 
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
     started = time.perf_counter()
-    try:  # every input is checked before anything is written (analysis.validate)
+    try:  # every input is checked before anything is written (analysis.data.validate)
         check_options(args.window, args.tolerance, args.out)
         logs = load_runs(args.runs, progress=not args.quiet)
         check_reference(args.reference, set(logs.runs["memory"]))

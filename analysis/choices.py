@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import sys
@@ -26,13 +27,13 @@ from typing import Any
 import pandas as pd
 from omegaconf import OmegaConf
 
-from analysis.load import find_runs, read_meta
-from analysis.tables import markdown_table
-from runners.backend import Reply, Request
+from analysis.data.load import find_runs, read_meta
+from analysis.report.tables import markdown_table
+from runners.agent.loop import _logged_replies, run_stream
+from runners.agent.prompt import EVIDENCE_LINE, OPTION_LINE
+from runners.agent.replay import read_records
 from runners.config import validate
-from runners.loop import _logged_replies, run_stream
-from runners.prompt import EVIDENCE_LINE, OPTION_LINE
-from runners.replay import read_records
+from runners.llm.backend import Reply, Request
 
 BINS = ((0, 0), (1, 3), (4, 10), (11, 20), (21, None))
 RATES = {
@@ -66,13 +67,19 @@ def replay_prompts(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """A complete stream's episode rows and the user prompt of each decision."""
     meta = read_meta(run_dir)
     rows = read_records(run_dir)
-    spec = validate(OmegaConf.create(dict(meta["config"])), {})  # as `runners.replay` rebuilds a stream
-    env, memory = spec.env.build(), spec.memory.build()
+    spec = validate(OmegaConf.create(dict(meta["config"])), {})  # as `runners.agent.replay` rebuilds a stream
     backend = _Replayer(rows)
-    try:
-        result = asyncio.run(run_stream(env, memory, backend, seed=meta["seed"], labels={}))
-    finally:
-        getattr(env, "close", lambda: None)()
+    with contextlib.closing(spec.env.build()) as env:
+        result = asyncio.run(
+            run_stream(
+                env,
+                spec.memory.build(),
+                backend,
+                seed=meta["seed"],
+                labels={},
+                max_episodes=spec.max_episodes,
+            )
+        )
     if [r["action"] for r in result.records] != [r["action"] for r in rows]:
         raise ValueError(f"{run_dir}: the replay does not reproduce the logged actions")
     return rows, backend.prompts

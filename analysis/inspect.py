@@ -7,7 +7,7 @@ key's precedents over the whole stream, coloured by state, with phase boundaries
 marked (`--out`, default timeline.png).
 
 The prompt and the memory at t are rebuilt by replaying the logged stream through the harness
-(`runners.replay`: the logged replies are fed back, no model is called); the harness is imported only
+(`runners.agent.replay`: the logged replies are fed back, no model is called); the harness is imported only
 for that, so the timeline, like the rest of `analysis`, reads logs alone.
 """
 
@@ -20,8 +20,8 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from analysis.figures import save_figure
-from analysis.timeline import busiest_key, draw_timeline, legend_handles, read_lifecycle, read_phases
+from analysis.report.figures import save_figure
+from analysis.report.timeline import busiest_key, draw_timeline, legend_handles, read_lifecycle, read_phases
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -40,7 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def describe(decision: Any, t: int) -> str:
-    """The report of one replayed decision (`runners.replay.Decision`) as text."""
+    """The report of one replayed decision (`runners.agent.replay.Decision`) as text."""
     r = decision.record
     lines = [
         f"Episode t={t} of {r['experiment']} / {r['env']} / {r['memory']} / seed {r['seed']}: "
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         if args.t is not None:
-            from runners.replay import replay_decision  # the harness, for the exact prompt only
+            from runners.agent.replay import replay_decision  # the harness, for the exact prompt only
 
             decision = replay_decision(args.run_dir, args.t, args.key)
             print(describe(decision, args.t))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.load import LABELS, RunLogs, in_sweep
+from analysis.data.load import LABELS, RunLogs, in_sweep
 from analysis.stats import Estimate, bootstrap_cis, holm, mean_cis, paired_comparisons, two_level_mean_cis
 
 NO_MEMORY = "no_memory"
@@ -547,7 +547,7 @@ class Analysis:
     """All metrics of a set of runs, computed once and shared by tables, figures and the report.
 
     Sweeps (the threshold-sweep experiment, and runs that share labels with another configuration, see
-    `analysis.load.in_sweep`) are summarised only in `sweep` (by their swept parameters); every other
+    `analysis.data.load.in_sweep`) are summarised only in `sweep` (by their swept parameters); every other
     frame covers the remaining runs.
     """
 

@@ -1,5 +1,15 @@
 """Environments: controlled_drift, executable_drift, preference_stream, memoryagentbench."""
 
-from envs.base import TRIAL_KINDS, Environment, Outcome, Task
+from envs.base import TRIAL_KINDS, Environment, EnvironmentBase, MultiHop, Outcome, Task
+from envs.env_checker import EnvCheckError, check_env
 
-__all__ = ["TRIAL_KINDS", "Environment", "Outcome", "Task"]
+__all__ = [
+    "TRIAL_KINDS",
+    "EnvCheckError",
+    "Environment",
+    "EnvironmentBase",
+    "MultiHop",
+    "Outcome",
+    "Task",
+    "check_env",
+]

@@ -3,18 +3,37 @@
 An environment is a seeded stream of `Task`s, each labelled with its phase. The agent loop asks memory,
 renders a prompt, lets the backend choose, then calls `execute`, whose `Outcome` carries the
 observations to write back to memory. `trial` lets TEPA-Full validate a candidate precedent by real
-execution before it is promoted.
+execution before it is promoted. A class of one's own can inherit `EnvironmentBase` for the members
+most environments leave at their defaults (`close`, `operational`, `provenance`), and check itself with
+`envs.check_env`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from tepa.evidence import Observation
 
 TRIAL_KINDS = ("support", "counterfactual", "contamination")
+
+
+@dataclass(frozen=True, slots=True)
+class MultiHop:
+    """A question answered along a chain: start at `subject`, follow `relations` in order; `questions`
+    holds one question template per relation, with "[X]" where the entity reached so far goes."""
+
+    subject: str
+    relations: tuple[str, ...]
+    questions: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not self.relations or len(self.questions) != len(self.relations):
+            raise ValueError(
+                f"multi_hop: needs one question per relation, got {len(self.relations)} relation(s) "
+                f"and {len(self.questions)} question(s)"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,9 +43,10 @@ class Task:
     `options` are the choices shown to the model; empty for free-form answers. `hint` is something the
     session itself states (e.g. "I now prefer aisle seats"); the prompt shows it, memory does not.
     `observe` is evidence the environment shows before the decision (facts to ingest); the loop writes it
-    to memory first. `correct` is the hidden right answer, used only for logging. A multi-hop question
-    carries `meta["hops"] = [subject, r1, r2, ...]` and `meta["hop_questions"]` (one question template
-    with "[X]" per relation): the loop then answers it hop by hop, retrieving by (entity, relation).
+    to memory first. `correct` is the hidden right answer, used only for logging. `instructions` replace
+    the harness's system message (a benchmark's own instructions to the model). A multi-hop question
+    carries its chain in `multi_hop`: the loop then answers it hop by hop, retrieving by (entity,
+    relation). `meta` holds what only the environment itself reads back (gold answers, say).
     """
 
     key: Hashable | None
@@ -38,6 +58,8 @@ class Task:
     observe: tuple[Observation, ...] = ()
     decide: bool = True
     correct: str | None = None
+    instructions: str | None = None
+    multi_hop: MultiHop | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -55,9 +77,16 @@ class Outcome:
 
 @runtime_checkable
 class Environment(Protocol):
-    """A seeded, phase-labelled stream of tasks."""
+    """A seeded, phase-labelled stream of tasks (`EnvironmentBase` gives the usual defaults).
+
+    `operational` names the constructor parameters that change where files live but not the stream (a
+    data folder, a sandbox location): a rerun that changes only these continues the same streams.
+    `provenance` fingerprints the input data files when the environment reads any (None otherwise): it
+    is part of a stream's identity, so changed data makes a new stream."""
 
     name: str
+    operational: ClassVar[frozenset[str]]
+    provenance: dict[str, str] | None
 
     def reset(self, seed: int) -> None:
         """Start a fresh, reproducible stream (fresh sandbox, fresh regime draw)."""
@@ -75,3 +104,25 @@ class Environment(Protocol):
     def trial(self, precedent: Any, kind: str) -> bool:
         """Run `precedent` (anything with `.key` and `.value`) on a trial task of `kind`
         (one of TRIAL_KINDS) and say whether the trial passed."""
+
+    def __len__(self) -> int:
+        """Decision tasks (`decide=True`) in the stream of the current seed (progress bars use it)."""
+
+    def close(self) -> None:
+        """Release what the environment holds (workers, sandboxes). Idempotent: a second call does
+        nothing; the runner calls it once a stream is done, also after a failure."""
+
+
+class EnvironmentBase:
+    """Defaults for the members most environments need not write: `close` (nothing to release), no
+    operational parameters, no data files (`provenance` None).
+
+    Inherit it in an environment of your own and write the rest of `Environment`; the runner checks the
+    members at start-up and names any that is missing.
+    """
+
+    operational: ClassVar[frozenset[str]] = frozenset()
+    provenance: dict[str, str] | None = None
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from envs.base import TRIAL_KINDS, Outcome, Task
+from envs.base import TRIAL_KINDS, EnvironmentBase, Outcome, Task
 from envs.checks import fraction, int_in
 from tepa.evidence import Observation
 
@@ -55,7 +55,7 @@ DEFAULT_PHASES = (
 )
 
 
-class ControlledDrift:
+class ControlledDrift(EnvironmentBase):
     """The controlled-drift environment (see the module docstring).
 
     Trials (TEPA-Full) run on the regime of the latest task and draw from their own RNG, so they never

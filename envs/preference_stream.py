@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from envs.base import TRIAL_KINDS, Outcome, Task
+from envs.base import TRIAL_KINDS, EnvironmentBase, Outcome, Task
 from envs.checks import int_in, rate
 from tepa.evidence import Observation
 
@@ -52,7 +52,7 @@ SLOTS = (
 )
 
 
-class PreferenceStream:
+class PreferenceStream(EnvironmentBase):
     """The preference-stream environment (see the module docstring).
 
     Phases: "stable" (the first `stable_length` sessions, no true changes) then "drift" (`drift_length`

@@ -37,9 +37,9 @@ from hydra.errors import CompactHydraException
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from analysis.validate import unwritable
+from analysis.data.validate import unwritable
 from envs.base import Environment
-from runners.backend import Backend
+from runners.llm.backend import Backend
 from runners.registry import protocol_members, require_class
 from tepa.lifecycle import check_rules
 from tepa.protocol import Memory
@@ -73,7 +73,8 @@ class ConfigError(CompactHydraException):
 class RunConfig:
     """The primary config. `seeds` (a list) wins over `seed` when set: one run covers several seeds,
     run concurrently. `progress`: None shows a bar only on a terminal. `plan`: print what the run would
-    cost (`runners.plan`) instead of running it."""
+    cost (`runners.plan`) instead of running it. `max_episodes`: stop every stream after that many
+    episodes (a quick try; None runs the whole stream)."""
 
     env: Any = MISSING
     memory: Any = MISSING
@@ -84,6 +85,7 @@ class RunConfig:
     results_dir: str = "results"
     progress: Optional[bool] = None  # noqa: UP045
     plan: bool = False
+    max_episodes: Optional[int] = None  # noqa: UP045
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -316,6 +318,7 @@ class RunSpec:
     results_dir: str
     progress: bool | None
     plan: bool
+    max_episodes: int | None
     env: Component
     memory: Component
     llm: Component
@@ -355,6 +358,9 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
         problem = secret_problem(key, resolved[key])
         if problem:
             raise ConfigError(f"{key}{problem}")
+    max_episodes = resolved.get("max_episodes")  # absent from a logged config (meta.json) of a full run
+    if max_episodes is not None and max_episodes < 1:
+        raise ConfigError(f"max_episodes={max_episodes}: must be >= 1 (null runs the whole stream)")
     check_dir_name("name", resolved["name"])
     check_results_dir(resolved["results_dir"])
     components = {g: _component(g, resolved[g], choices.get(g)) for g in ("env", "memory", "llm")}
@@ -365,6 +371,7 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
         results_dir=resolved["results_dir"],
         progress=resolved["progress"],
         plan=bool(resolved.get("plan", False)),  # absent from a logged config (meta.json)
+        max_episodes=max_episodes,
         config=config,
         **components,
     )

@@ -2,48 +2,41 @@
 
 A stream's identity is everything that decides its episodes: for env, memory and llm the chosen config
 option and its parameters (not the Python path of the class, so moving a class keeps its runs; the path
-counts only where the user chose it, as with `memory=custom memory._target_=...`), the seed, and the
-fingerprint of the input data when the environment reads data files (its `provenance`). Keys that change
-how a stream runs but not its episodes (`OPERATIONAL`: a backend's timeouts, an environment's data
-folder) are not part of it.
+counts only where the user chose it, as with `memory=custom memory._target_=...`), the seed, a
+truncation (`max_episodes`, when set: a truncated stream is never the full one), and the fingerprint
+of the input data when the environment reads data files (its `provenance`). Keys that change how a
+stream runs but not its episodes (a backend's timeouts, an environment's data folder: what the class
+declares as its `operational` keys) are not part of it.
 
 Directories stay readable: `results/runs/<experiment>/<env>/<memory>/seed=<n>/` holds the experiment's
 own configuration (the config composed from the same options, without value overrides). A configuration
 that differs from it gets one more level named by the differing keys, e.g.
-`tepa_rev/llm.lapse=0.5,memory.theta_rev=0.3/seed=0/`, or `cfg-<hash>` when that name would be long or
-unsafe (meta.json records the keys either way). Keys the labels already show (a label that interpolates
-them, as the threshold sweep's does) are left out. So every grid point of any sweep has its own
-directory, decided by the job alone, without knowing the other jobs of the sweep.
+`tepa_rev/llm.lapse=0.5,memory.theta_rev=0.3/seed=0/` or `tepa_rev/max_episodes=5/seed=0/`, or
+`cfg-<hash>` when that name would be long or unsafe (meta.json records the keys either way). Keys the
+labels already show (a label that interpolates them, as the threshold sweep's does) are left out. So
+every grid point of any sweep has its own directory, decided by the job alone, without knowing the
+other jobs of the sweep.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
+from runners.compose import compose_config
 from runners.config import RunSpec
 
 GROUPS = ("env", "memory", "llm")
-# Settings that change how a stream is run, not its episodes: a rerun that changes only these continues
-# (or skips) the same streams. Backends: how calls are made, not what the model answers. Environments:
-# where files live (the content of data files is fingerprinted instead, see the module docstring).
-OPERATIONAL = {
-    "llm": frozenset({
-        "api_key_env", "cache_path", "max_concurrency", "timeout", "max_retries", "max_failed_calls",
-        "backoff_base", "backoff_max", "retry_after_max", "max_retry_wait", "max_total_tokens", "price_in",
-        "price_out",
-    }),
-    "env": frozenset({"data_dir", "sandbox_dir"}),
-}  # fmt: skip
+# Top-level keys that change a stream's episodes (`max_episodes` truncates it): part of its identity.
+RUN_KEYS = ("max_episodes",)
 _HARNESS_KEYS = frozenset({"label"})  # keys of a component node that configure the harness, not the run
 _SAFE = re.compile(r"[A-Za-z0-9_.=+,-]{1,120}")
 _REFERENCE = re.compile(r"\$\{\s*(\.?[A-Za-z_][\w.]*)\s*\}")
@@ -80,6 +73,9 @@ def variant_of(cfg: DictConfig, choices: Mapping[str, str | None], conf_dir: str
                 if theirs.get(key) == "???":  # the option asks for a class: the label names it
                     continue
             overrides[key] = ours.get(key)
+    for key in RUN_KEYS:
+        if cfg.get(key) != base.get(key):
+            overrides[key] = cfg.get(key)
     return Variant(_dirname(overrides), overrides, options, frozenset(chosen))
 
 
@@ -88,7 +84,7 @@ def stream_identity(spec: RunSpec, seed: int, variant: Variant | None, data: Any
     identity: dict[str, Any] = {}
     for group in GROUPS:
         component = getattr(spec, group)
-        skip = OPERATIONAL.get(group, frozenset())
+        skip = _operational(group, component.target)
         params = {k: v for k, v in component.params.items() if k not in skip}
         if variant is None or group in variant.chosen_targets or group not in variant.options:
             head = {"_target_": component.target}
@@ -96,6 +92,9 @@ def stream_identity(spec: RunSpec, seed: int, variant: Variant | None, data: Any
             head = {"option": variant.options[group]}
         identity[group] = {**head, **params}
     identity["seed"] = seed
+    for key in RUN_KEYS:
+        if getattr(spec, key) is not None:  # unset keys leave the identity of existing runs as it was
+            identity[key] = getattr(spec, key)
     if data is not None:
         identity["data"] = data
     return identity
@@ -105,18 +104,27 @@ def stream_identity(spec: RunSpec, seed: int, variant: Variant | None, data: Any
 def _compose(overrides: tuple[str, ...], conf_dir: str) -> DictConfig:
     """The config of `overrides` (group options only), inside a running Hydra app or outside one;
     composed once per process (a launcher's worker runs many jobs with the same options), read only."""
-    if GlobalHydra.instance().is_initialized():
-        return compose(config_name="config", overrides=list(overrides))
-    with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
+    return compose_config(overrides, conf_dir)
 
 
 def _component_values(cfg: DictConfig, group: str) -> dict[str, Any]:
     """A component node's resolved values as dotted keys, without harness and operational keys."""
     node = OmegaConf.to_container(cfg[group], resolve=True, throw_on_missing=False)
     assert isinstance(node, dict)
-    skip = _HARNESS_KEYS | OPERATIONAL.get(group, frozenset())
+    skip = _HARNESS_KEYS | _operational(group, node.get("_target_"))
     return {f"{group}.{k}": v for k, v in node.items() if k not in skip}
+
+
+def _operational(group: str, target: Any) -> frozenset[str]:
+    """Keys of `group` that change how a stream runs, not its episodes: a rerun that changes only these
+    continues (or skips) the same streams. Environments and backends declare them (`operational`)."""
+    if group in ("env", "llm") and isinstance(target, str) and "." in target:
+        module, _, name = target.rpartition(".")
+        try:
+            return getattr(importlib.import_module(module), name).operational
+        except (ImportError, AttributeError):  # not a class of the group: validation names it
+            return frozenset()
+    return frozenset()
 
 
 def _label_references(cfg: DictConfig, group: str) -> set[str]:

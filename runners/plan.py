@@ -4,7 +4,7 @@ run of the sweep).
 A dry pass plays every stream of the composed run with the simulated reader standing in for the model
 (nothing is logged, no endpoint is called) and adds up what the configured backend would send for each
 decision: HTTP requests, prompt tokens (counted from the rendered prompts without a tokenizer,
-`runners.prompt.count_tokens`) and, with `llm.price_in` / `llm.price_out` (per million
+`runners.agent.prompt.count_tokens`) and, with `llm.price_in` / `llm.price_out` (per million
 tokens), the cost. The real model's choices change what memory holds, so the real run's numbers differ
 somewhat; cached replies cost nothing and are not subtracted.
 """
@@ -12,14 +12,15 @@ somewhat; cached replies cost nothing and are not subtracted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 
-from runners.backend import Reply, Request
+from runners.agent.loop import run_stream
+from runners.agent.prompt import count_message_tokens
 from runners.config import ConfigError, RunSpec
-from runners.loop import run_stream
-from runners.openai_backend import OpenAIBackend, check_budget, planned_cost
-from runners.prompt import count_message_tokens
-from runners.simulated import SimulatedBackend
+from runners.llm.backend import Reply, Request
+from runners.llm.openai_backend import OpenAIBackend, check_budget, planned_cost
+from runners.llm.simulated import SimulatedBackend
 
 
 @dataclass(frozen=True)
@@ -84,12 +85,11 @@ def plan(spec: RunSpec) -> Plan:
         dry = _DryBackend(params.get("scoring", "text"), params.get("max_tokens"))
     decisions = 0
     for seed in spec.seeds:
-        env, memory = spec.env.build(), spec.memory.build()
-        try:
-            result = asyncio.run(run_stream(env, memory, dry, seed=seed, labels={}))
-        finally:
-            close = getattr(env, "close", None)
-            if close is not None:
-                close()
+        with contextlib.closing(spec.env.build()) as env:
+            result = asyncio.run(
+                run_stream(
+                    env, spec.memory.build(), dry, seed=seed, labels={}, max_episodes=spec.max_episodes
+                )
+            )
         decisions += len(result.records)
     return Plan(len(spec.seeds), decisions, dry.calls, dry.prompt_tokens, dry.completion_tokens, *prices)

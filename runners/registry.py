@@ -11,7 +11,7 @@ import importlib
 import inspect
 from typing import Any
 
-from tepa.protocol import Memory
+from tepa.protocol import Memory, protocol_members, protocol_methods
 
 MEMORIES: dict[str, str] = {
     "tepa_rev": "tepa.tepa_rev:TEPARev",
@@ -25,18 +25,6 @@ MEMORIES: dict[str, str] = {
     "reactive": "baselines.reactive:ReactiveForgetting",
     "oracle_reset": "baselines.oracle_reset:OracleReset",
 }
-
-
-def protocol_methods(protocol: type) -> list[str]:
-    """A protocol's public methods: what a class must define before it is built."""
-    return [m for m, v in vars(protocol).items() if not m.startswith("_") and callable(v)]
-
-
-def protocol_members(protocol: type) -> list[str]:
-    """A protocol's annotated attributes (`name`), properties and public methods: what a built object
-    must have (attributes and properties may be set by the constructor)."""
-    properties = [m for m, v in vars(protocol).items() if isinstance(v, property)]
-    return [*getattr(protocol, "__annotations__", {}), *properties, *protocol_methods(protocol)]
 
 
 def require_class(target: str, obj: object, protocol: type) -> type:

@@ -4,7 +4,8 @@ Every paper experiment on the offline simulated backend, each a Hydra sweep thro
 (two jobs at a time). The experiments share nothing but the results folder, so they run at the same
 time: one after another, each one's start-up and the end of its sweep, where its last and longest job
 runs alone, left one of the two cores idle for about a fifth of the time; side by side, the others
-fill it. MemoryAgentBench runs only when its data is there (`python -m envs.mab_data` says why not).
+fill it. MemoryAgentBench runs only when its data is there (`python -m envs.memoryagentbench.data` says
+why not).
 
 Each experiment's output is printed when it ends, with its wall time. The exit status is 0 when every
 experiment that ran succeeded, else the first failure's. SIGINT (Ctrl-C reaches every experiment) and
@@ -28,7 +29,7 @@ from typing import IO, Any
 #: The experiments, longest first (all start at once; the order only decides whose output comes first).
 EXPERIMENTS = ("paper_executable", "paper_memoryagentbench", "paper_controlled", "paper_preference")
 #: An experiment runs only when its check exits 0 (MemoryAgentBench: its data is there or downloads).
-GUARDS = {"paper_memoryagentbench": ("-m", "envs.mab_data")}
+GUARDS = {"paper_memoryagentbench": ("-m", "envs.memoryagentbench.data")}
 #: Seconds between looks at the running experiments.
 POLL_S = 0.1
 #: Seconds after a SIGINT before it is passed on to the experiments still running.

@@ -37,10 +37,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from runners.backend import BackendExhausted
+from runners.agent.loop import ReplayMismatch, replay_problem, run_stream
+from runners.compose import CONF_DIR, PROJECT_ROOT
 from runners.config import ConfigError, RunSpec, validate
 from runners.identity import Variant, stream_identity, variant_of
-from runners.loop import ReplayMismatch, replay_problem, run_stream
+from runners.llm.backend import BackendExhausted
 from runners.preflight import check_command_line
 from runners.runlog import PARTIAL_EPISODES, StreamLog, differences, partial_summary, stream_dir
 
@@ -49,8 +50,6 @@ log = logging.getLogger(__name__)
 # plugins' own names, which Hydra 1.3 still merges with the plugins' schemas but warns about.
 warnings.filterwarnings("ignore", message=r"(?s).*validated against ConfigStore schema", category=UserWarning)
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-CONF_DIR = PROJECT_ROOT / "conf"  # absolute, so that it resolves the same from `-m`, the script and workers
 #: Seconds after SIGINT / SIGTERM before a run that has not stopped yet is interrupted outright.
 STOP_GRACE_S = 1.0
 VERSIONED = ("tepa-harness", "hydra-core", "omegaconf", "numpy", "pandas", "pyarrow", "openai", "tqdm")
@@ -120,7 +119,7 @@ def run_interruptible(main: Coroutine[Any, Any, RunSummary]) -> RunSummary:
     """`asyncio.run(main)`, stopped by SIGINT or SIGTERM within a second or two.
 
     The first signal cancels the run: each stream stops at its next episode (the loop yields to the
-    event loop every few milliseconds, see `runners.loop`), its partial log is flushed and closed,
+    event loop every few milliseconds, see `runners.agent.loop`), its partial log is flushed and closed,
     environments close (executable_drift removes its sandbox) and `RunInterrupted` says to rerun. A
     second signal, or a run still busy `STOP_GRACE_S` after the first, raises KeyboardInterrupt at once.
     Outside the main thread (some launchers' workers) signals are left to Python's defaults."""
@@ -175,7 +174,7 @@ async def run_spec(spec: RunSpec, variant: Variant | None = None) -> RunSummary:
         backend = spec.llm.build()
         enabled = spec.progress if spec.progress is not None else sys.stderr.isatty()
         desc = f"{spec.name} {spec.env.label} {spec.memory.label}"
-        total = _total([env for env, _ in parts.values()])
+        total = _total([env for env, _ in parts.values()], spec.max_episodes)
         with tqdm(total=total, desc=desc, unit="ep", disable=not enabled, dynamic_ncols=True) as bar:
             results = await asyncio.gather(
                 *(_stream(spec, seed, parts[seed], backend, variant, bar) for seed in spec.seeds),
@@ -183,9 +182,7 @@ async def run_spec(spec: RunSpec, variant: Variant | None = None) -> RunSummary:
             )
     finally:
         for env, _ in parts.values():
-            close = getattr(env, "close", None)
-            if close is not None:
-                close()
+            env.close()
         aclose = getattr(backend, "aclose", None)
         if aclose is not None:
             await aclose()
@@ -205,7 +202,7 @@ async def _stream(
 ) -> StreamOutcome:
     """One stream under its lock: skipped when complete and verified, else resumed or run."""
     env = part[0]
-    identity = stream_identity(spec, seed, variant, getattr(env, "provenance", None))
+    identity = stream_identity(spec, seed, variant, env.provenance)
     name = variant.name if variant is not None else ""
     directory = stream_dir(spec.results_dir, spec.name, spec.env.label, spec.memory.label, seed, name)
     slog = StreamLog(directory, identity)
@@ -213,7 +210,7 @@ async def _stream(
     try:
         if slog.is_complete():
             slog.discard_partial()
-            _skip_in(bar, env)
+            _skip_in(bar, env, spec.max_episodes)
             return StreamOutcome(slog.dir, seed, skipped=True)
         _note_other_partial_logs(slog, directory.parent.parent if name else directory.parent)
         replay = _until_failed_call(slog.replay(replay_problem))
@@ -253,19 +250,14 @@ def _note_other_partial_logs(slog: StreamLog, labelled: Path) -> None:
 
 def _rebuild(spec: RunSpec, part: list[Any]) -> None:
     """A fresh environment and memory for a stream that has to start over."""
-    close = getattr(part[0], "close", None)
-    if close is not None:
-        close()
+    part[0].close()
     part[:] = [spec.env.build(), spec.memory.build()]
 
 
-def _skip_in(bar: tqdm, env: Any) -> None:
+def _skip_in(bar: tqdm, env: Any, max_episodes: int | None) -> None:
     """Take a skipped stream's episodes out of the progress bar's total."""
     if bar.total is not None:
-        try:
-            bar.total -= len(env)
-        except TypeError:
-            return
+        bar.total -= _total([env], max_episodes)
         bar.refresh()
 
 
@@ -293,6 +285,7 @@ async def _run_one(
             replay=replay,
             on_episode=slog.append,
             progress=bar,
+            max_episodes=spec.max_episodes,
         )
     finally:
         slog.close()
@@ -325,12 +318,9 @@ def _until_failed_call(replay: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return replay
 
 
-def _total(envs: list[Any]) -> int | None:
-    """Episodes in all streams, when every environment knows its length (`len(env)`)."""
-    try:
-        return sum(len(env) for env in envs)
-    except TypeError:
-        return None
+def _total(envs: list[Any], max_episodes: int | None) -> int:
+    """Episodes in all streams (`len(env)`, at most `max_episodes` each)."""
+    return sum(min(len(env), max_episodes or len(env)) for env in envs)
 
 
 @functools.cache

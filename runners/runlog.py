@@ -7,19 +7,19 @@ A stream directory `results/runs/<experiment>/<env>/<memory>/seed=<n>/` holds, o
 - `meta.json`: the stream's identity (the whole configuration that decides its episodes, and the
   fingerprint of its input data) and its hash, the resolved config, versions, git commit, wall time,
   backend stats, the sha256 and row count of both files above, and `complete: true`. It is written last,
-  so its presence marks a complete stream; a rerun trusts it only after `analysis.integrity.verify`.
+  so its presence marks a complete stream; a rerun trusts it only after `analysis.data.integrity.verify`.
 
 While a stream runs, each episode is appended to `episodes.partial.jsonl`, whose first line is the
 stream's identity; lines are written in batches (every FLUSH_EVERY episodes or FLUSH_EVERY_S seconds, and
 when the stream stops, however it stops), so a killed process loses at most the last batch, which resume
 asks again. Lifecycle events are not logged as they happen: a resumed stream
 rebuilds them exactly by replay, and writing them twice doubled the cost of fact-heavy streams.
-A killed stream resumes by replaying the valid prefix of its partial log (see `runners.loop.run_stream`),
-so its final files equal those of an uninterrupted run.
+A killed stream resumes by replaying the valid prefix of its partial log (see
+`runners.agent.loop.run_stream`), so its final files equal those of an uninterrupted run.
 
 Nothing is ever deleted that holds results: a complete stream that fails verification, or that belongs
 to another identity, and a partial log that is damaged or of another identity, are moved aside
-(`<name>.<reason>-<UTC time>`, see `analysis.integrity`) with one logged line. One process writes a
+(`<name>.<reason>-<UTC time>`, see `analysis.data.integrity`) with one logged line. One process writes a
 stream at a time: `StreamLog.acquire` takes an OS lock (`fcntl.flock`) on `.seed=<n>.lock` beside the
 directory, which the OS releases when its process dies.
 Every final file is written atomically (a temporary file, then `os.replace`).
@@ -44,7 +44,7 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.integrity import ARCHIVE, EPISODES, META, file_record, move_aside, read_meta, verify
+from analysis.data.integrity import ARCHIVE, EPISODES, META, file_record, move_aside, read_meta, verify
 
 log = logging.getLogger(__name__)
 

@@ -2,8 +2,9 @@
 
 from tepa.archive import Archive
 from tepa.evidence import Evidence, Observation, Query
+from tepa.memory_checker import MemoryCheckError, check_memory
 from tepa.precedent import LifecycleEvent, Precedent, State
-from tepa.protocol import Memory
+from tepa.protocol import EventMemory, Memory, TrialFn, TrialMemory
 from tepa.tepa_full import TEPAFull
 from tepa.tepa_norev import TEPANoRev
 from tepa.tepa_rev import TEPARev, TEPARevLiteral
@@ -11,8 +12,10 @@ from tepa.tepa_rev import TEPARev, TEPARevLiteral
 __all__ = [
     "Archive",
     "Evidence",
+    "EventMemory",
     "LifecycleEvent",
     "Memory",
+    "MemoryCheckError",
     "Observation",
     "Precedent",
     "Query",
@@ -21,4 +24,7 @@ __all__ = [
     "TEPANoRev",
     "TEPARev",
     "TEPARevLiteral",
+    "TrialFn",
+    "TrialMemory",
+    "check_memory",
 ]

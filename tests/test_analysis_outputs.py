@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from analysis.__main__ import main
-from analysis.load import load_runs
-from analysis.tables import Table, interval, latex_escape, number, pvalue, to_latex, to_markdown
+from analysis.data.load import load_runs
+from analysis.report.tables import Table, interval, latex_escape, number, pvalue, to_latex, to_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = (("stable", 30), ("full_reversal", 30), ("partial_reversal", 30), ("return", 30))

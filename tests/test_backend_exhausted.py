@@ -1,7 +1,6 @@
 """An endpoint that goes down mid-run: the run stops cleanly with one line and a non-zero exit, keeps the
 episodes logged so far, and a rerun of the same command resumes it to what an uninterrupted run gives.
 No model: a scripted stub endpoint that answers k requests, then fails every one."""
-# ruff: noqa: F811  (pytest fixtures imported from llm_fixtures are redefined as test arguments)
 
 from __future__ import annotations
 
@@ -14,13 +13,13 @@ import sys
 
 import pyarrow.parquet as pq
 import pytest
-from hydra import compose, initialize_config_dir
-from llm_fixtures import StubReply, stub_server  # noqa: F401  (a fixture)
 
-from runners.backend import BackendExhausted, Request
-from runners.openai_backend import OpenAIBackend
-from runners.run import CONF_DIR, PROJECT_ROOT, RunStopped, execute
+from runners.llm.backend import BackendExhausted, Request
+from runners.llm.openai_backend import OpenAIBackend
+from runners.run import PROJECT_ROOT, RunStopped
 from runners.runlog import EPISODES, META, PARTIAL_EPISODES
+from tests.helpers.runner import run_overrides
+from tests.helpers.stub_server import StubReply
 
 OK = 13  # requests the endpoint answers before it goes down
 STOPPED = (  # the one line a stopped run prints
@@ -37,12 +36,6 @@ def overrides(stub, results) -> list[str]:
         "llm=openai", f"llm.base_url={stub.base_url}", "llm.model=stub", "llm.cache_path=null",
         "llm.max_retries=0", "llm.max_failed_calls=3", "llm.max_concurrency=1", "progress=false",
     ]  # fmt: skip
-
-
-def run(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
-    return execute(cfg, cfg.hydra.runtime.choices)
 
 
 def episodes(results) -> list[dict]:
@@ -69,14 +62,14 @@ def test_the_backend_raises_the_shared_exception(stub_server):
 
 
 def test_a_run_stops_cleanly_and_a_rerun_resumes_it_to_the_uninterrupted_result(stub_server, tmp_path):
-    reference = run(*overrides(stub_server, tmp_path / "reference"))
+    reference = run_overrides(*overrides(stub_server, tmp_path / "reference"))
     assert reference.episodes_run == 40 and len(stub_server.requests) == 40
 
     stub_server.requests.clear()
     stub_server.push(*[StubReply()] * OK)
     stub_server.default = StubReply(status=500)
     with pytest.raises(RunStopped, match=STOPPED):
-        run(*overrides(stub_server, tmp_path / "r"))
+        run_overrides(*overrides(stub_server, tmp_path / "r"))
     assert len(stub_server.requests) == OK + 3  # nothing is asked once the endpoint is presumed down
     streams = sorted((tmp_path / "r" / "runs").glob("**/seed=*"))
     assert len(streams) == 2 and not any((d / META).exists() for d in streams)
@@ -88,7 +81,7 @@ def test_a_run_stops_cleanly_and_a_rerun_resumes_it_to_the_uninterrupted_result(
 
     stub_server.requests.clear()
     stub_server.default = StubReply()  # the endpoint is back
-    resumed = run(*overrides(stub_server, tmp_path / "r"))
+    resumed = run_overrides(*overrides(stub_server, tmp_path / "r"))
     replayed = sum(s.replayed for s in resumed.streams)
     assert 0 < replayed <= OK and resumed.episodes_run == 40 - replayed
     assert len(stub_server.requests) == 40 - replayed  # the failed calls are asked again, nothing more

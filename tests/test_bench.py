@@ -7,13 +7,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from shared_data import DATA_DIR
 
-from runners import bench, bench_agent, bench_memory, reproduce
+from runners import reproduce
+from runners.bench import agent as bench_agent
+from runners.bench import memory as bench_memory
+from runners.bench import suite as bench
 from runners.registry import build_memory
 from runners.reproduce import Step
 from tepa.evidence import Evidence
 from tepa.tepa_full import TEPAFull
+from tests.helpers.shared_data import DATA_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = str(DATA_DIR)

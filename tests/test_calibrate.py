@@ -1,12 +1,12 @@
-"""The calibration procedure's logic (runners/calibrate.py) on tiny streams: targets and loss, grid
+"""The calibration procedure's logic (runners/llm/calibrate.py) on tiny streams: targets and loss, grid
 selection, run deduplication, the identification claims the procedure rests on, and the reports."""
 
 import json
 
 import pytest
 
-from runners import calibrate as cal
-from runners.calibrate import Grid, Stream
+from runners.llm import calibrate as cal
+from runners.llm.calibrate import Grid, Stream
 
 TINY = {
     "controlled_drift": {"phase_length": 12},

@@ -8,7 +8,7 @@ import pandas as pd
 
 from analysis.choices import describe, main
 from envs.base import Task
-from runners.prompt import render
+from runners.agent.prompt import render
 from runners.run import PROJECT_ROOT
 from tepa.evidence import Evidence
 

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, HydraException
 
+from runners.compose import compose_config, compose_spec
 from runners.config import MEMORY_SCHEMAS, ConfigError, validate
 from runners.run import CONF_DIR, PROJECT_ROOT
 from tepa.evidence import Observation, Query
@@ -23,13 +23,11 @@ ALL_METHODS = {
 
 
 def _compose(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=list(overrides), return_hydra_config=True)
+    return compose_config(overrides)
 
 
 def _spec(*overrides: str):
-    cfg = _compose(*overrides)
-    return validate(cfg, cfg.hydra.runtime.choices)
+    return compose_spec(overrides)
 
 
 def _error(*overrides: str) -> str:
@@ -96,7 +94,7 @@ def test_memoryagentbench_label_follows_its_source():
 
 def test_local_llm_points_the_openai_backend_at_llama_cpp():
     cfg = _compose("llm=local")
-    assert cfg.llm._target_ == "runners.openai_backend.OpenAIBackend"
+    assert cfg.llm._target_ == "runners.llm.openai_backend.OpenAIBackend"
     assert cfg.llm.base_url == "http://127.0.0.1:8080/v1" and cfg.llm.model == "smollm2-135m-instruct"
     assert "api_key" not in cfg.llm
 

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from envs.base import TRIAL_KINDS, Environment, Task
-from envs.executable_drift import PHASES, ExecutableDrift
-from envs.tools import TOOLS, VERSIONS
+from envs.executable_drift.env import PHASES, ExecutableDrift
+from envs.executable_drift.tools import TOOLS, VERSIONS
 
 PL = 30  # phase length for tests
 

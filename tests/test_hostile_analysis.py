@@ -9,9 +9,9 @@ import logging
 
 import pandas as pd
 import pytest
-from test_analysis_outputs import write_run
 
 from analysis.__main__ import main
+from tests.test_analysis_outputs import write_run
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 whatever `backoff_max` said (about 2 hours of waiting per run with the defaults), 3 MB replies were
 stored whole, negative token counts were accepted, and unparseable replies cached from a broken
 endpoint were served to a later run against a working one."""
-# ruff: noqa: F811  (pytest fixtures imported from llm_fixtures are redefined as test arguments)
 
 from __future__ import annotations
 
@@ -11,13 +10,13 @@ import time
 
 import pyarrow.parquet as pq
 import pytest
-from hostile import run
-from llm_fixtures import StubReply, StubServer, completion, stub_server  # noqa: F401  (a fixture)
-from test_openai_backend import run as ask
 
-from runners.backend import BackendExhausted, Request
-from runners.openai_backend import OpenAIBackend
-from runners.response_cache import ResponseCache
+from runners.llm.backend import BackendExhausted, Request
+from runners.llm.openai_backend import OpenAIBackend
+from runners.llm.response_cache import ResponseCache
+from tests.helpers.hostile import run
+from tests.helpers.stub_server import StubReply, StubServer, completion
+from tests.test_openai_backend import run as ask
 
 MESSAGES = ({"role": "user", "content": "Key 7: A, B or C?"},)
 

@@ -6,9 +6,10 @@ tracebacks). Each is now one line naming the key or file, before the first episo
 from __future__ import annotations
 
 import pytest
-from hostile import TINY, cli, one_line_error, run
 
 from runners.config import ConfigError
+from tests.helpers.hostile import TINY, one_line_error, run
+from tests.helpers.runner import cli
 
 
 @pytest.mark.parametrize(

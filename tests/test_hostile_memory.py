@@ -9,6 +9,7 @@ import pytest
 
 from runners.registry import build_memory, memory_names
 from tepa.evidence import Observation, Query
+from tepa.protocol import TrialMemory
 
 
 @pytest.mark.parametrize("name", memory_names())
@@ -37,7 +38,7 @@ def test_a_malformed_observation_is_refused_naming_the_field(name, obs, field):
 
 def _memory(name: str):
     memory = build_memory(name)
-    if hasattr(memory, "set_trial"):
+    if isinstance(memory, TrialMemory):
         memory.set_trial(lambda precedent, kind: kind != "counterfactual")  # every trial passes
     return memory
 

@@ -10,8 +10,8 @@ import os
 import pytest
 
 from envs.base import Task
-from envs.executable_drift import PHASES, ExecutableDrift
-from envs.sandbox import Sandbox
+from envs.executable_drift.env import PHASES, ExecutableDrift
+from envs.executable_drift.sandbox import Sandbox
 
 PL = 20
 CONFIGURE, CONVERT, PUBLISH = 0, 1, 2
@@ -111,7 +111,7 @@ def test_files_outside_job_paths_are_removed_and_the_sandbox_stays_small(env):
 
 
 def test_an_oversized_artefact_is_dropped_between_calls(env, monkeypatch):
-    monkeypatch.setattr("envs.executable_drift.SANDBOX_BUDGET", 1_000)
+    monkeypatch.setattr("envs.executable_drift.env.SANDBOX_BUDGET", 1_000)
     (env.sandbox.root / "out").mkdir()
     big = env.sandbox.root / "out" / f"{env.jobs[CONVERT].subject}.json"
     big.write_bytes(b"z" * 50_000)  # a job's output path, but past the budget

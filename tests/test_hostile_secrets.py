@@ -5,14 +5,11 @@ Authorization header into its replies and error messages."""
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
-from hostile import SENTINEL, TINY, cli, files_containing, one_line_error, run
-from llm_fixtures import completion
+
+from tests.helpers.hostile import SENTINEL, TINY, files_containing, one_line_error, run
+from tests.helpers.runner import cli
+from tests.helpers.stub_server import StubReply, completion
 
 
 @pytest.mark.parametrize(
@@ -44,62 +41,24 @@ def test_a_key_in_a_config_file_is_refused_before_hydra_copies_it(tmp_path):
     assert not results.exists() or files_containing(results, SENTINEL) == []
 
 
-class EchoServer:
-    """A loopback chat endpoint that puts the request's Authorization header into what it sends back:
-    the first request gets an HTTP 400 whose message quotes it, every later one a completion whose text
-    does."""
+def test_an_endpoint_echoing_the_key_leaves_it_in_no_log_and_no_cache(tmp_path, stub_server, monkeypatch):
+    def echo(body: dict) -> StubReply:
+        """The request's Authorization header in what goes back: first in an HTTP 400's message, then
+        in every completion's text."""
+        auth = stub_server.headers[-1].get("authorization", "")
+        if len(stub_server.requests) == 1:
+            return StubReply(status=400, body={"error": {"message": f"bad request from {auth}"}})
+        return StubReply(body=completion(f"Answer: A. You sent {auth}"))
 
-    def __init__(self) -> None:
-        self.seen: list[str] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                auth = self.headers.get("Authorization", "")
-                server.seen.append(auth)
-                if len(server.seen) == 1:
-                    status, body = 400, {"error": {"message": f"bad request from {auth}"}}
-                else:
-                    status, body = 200, completion(f"Answer: A. You sent {auth}")
-                payload = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-
-@pytest.fixture
-def echo_server() -> Iterator[EchoServer]:
-    server = EchoServer()
-    server.thread.start()
-    yield server
-    server.httpd.shutdown()
-    server.httpd.server_close()
-
-
-def test_an_endpoint_echoing_the_key_leaves_it_in_no_log_and_no_cache(tmp_path, echo_server, monkeypatch):
+    stub_server.respond = echo
     monkeypatch.setenv("TEPA_TEST_KEY", SENTINEL)
     results = tmp_path / "results"
     run(
-        results, "llm=openai", "llm.model=m", f"llm.base_url={echo_server.base_url}",
+        results, "llm=openai", "llm.model=m", f"llm.base_url={stub_server.base_url}",
         "llm.api_key_env=TEPA_TEST_KEY", "llm.backoff_base=0", "llm.backoff_max=0",
     )  # fmt: skip
-    assert len(echo_server.seen) >= 2 and all(SENTINEL in auth for auth in echo_server.seen)  # echoed back
+    seen = [headers.get("authorization", "") for headers in stub_server.headers]
+    assert len(seen) >= 2 and all(SENTINEL in auth for auth in seen)  # echoed back
     written = sorted(p.name for p in results.rglob("*") if p.is_file())
     assert "episodes.parquet" in written and "llm_cache.sqlite" in written and "meta.json" in written
     assert files_containing(results, SENTINEL) == []

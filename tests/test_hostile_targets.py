@@ -4,9 +4,10 @@ else is ever called (before, a function or a foreign class ran first and was ref
 from __future__ import annotations
 
 import pytest
-from hostile import TINY, cli, one_line_error
 
 from runners.registry import build_memory
+from tests.helpers.hostile import TINY, one_line_error
+from tests.helpers.runner import cli
 
 
 def test_a_function_as_memory_target_is_refused_and_never_called(tmp_path):
@@ -33,7 +34,7 @@ def test_a_class_of_another_kind_is_refused_before_it_is_constructed(tmp_path):
     proc = cli(
         tmp_path, "llm._target_=subprocess.Popen", "+llm.args=[touch,PWNED]", f"results_dir={tmp_path}", *TINY
     )  # fmt: skip
-    assert "does not implement runners.backend.Backend" in one_line_error(proc)
+    assert "does not implement runners.llm.backend.Backend" in one_line_error(proc)
     assert not (tmp_path / "PWNED").exists()
 
 

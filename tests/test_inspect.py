@@ -9,13 +9,13 @@ from typing import ClassVar
 
 import pyarrow.parquet as pq
 import pytest
-from hydra import compose, initialize_config_dir
 
 from analysis.inspect import main
-from runners.backend import Reply, Request
-from runners.replay import replay_decision
-from runners.run import CONF_DIR, PROJECT_ROOT, execute
-from runners.simulated import SimulatedBackend
+from runners.agent.replay import replay_decision
+from runners.llm.backend import Reply, Request
+from runners.llm.simulated import SimulatedBackend
+from runners.run import PROJECT_ROOT
+from tests.helpers.runner import run_overrides
 
 
 class RecordingBackend(SimulatedBackend):
@@ -38,9 +38,7 @@ def run_recorded(results: Path, env: str, memory: str) -> tuple[Path, list[Reque
         "seed=3",
         f"llm._target_={__name__}.RecordingBackend",
     ]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=overrides, return_hydra_config=True)
-    summary = execute(cfg, cfg.hydra.runtime.choices)
+    summary = run_overrides(*overrides)
     return summary.streams[0].directory, list(RecordingBackend.sent)
 
 
@@ -99,9 +97,7 @@ def test_the_report_shows_lifecycle_timelines_of_tepa_rev_and_tepa_norev(tmp_pat
             "env.phase_length=30",
             f"memory={memory}",
         ]
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose("config", overrides=[*overrides, "seeds=[0,1]"], return_hydra_config=True)
-        execute(cfg, cfg.hydra.runtime.choices)
+        run_overrides(*overrides, "seeds=[0,1]")
     assert analyse(["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--quiet"]) == 0
     readme = (tmp_path / "out" / "README.md").read_text()
     assert "![paper_controlled / controlled_drift: precedents of key" in readme

@@ -1,7 +1,6 @@
 """The openai backend against a REAL model: SmolLM2-135M-Instruct behind llama.cpp's server (make test-llm).
 
 Skipped, with the reason, when the local-llm extra is not installed."""
-# ruff: noqa: F811  (pytest fixtures imported from llm_fixtures are redefined as test arguments)
 
 import asyncio
 import json
@@ -9,12 +8,11 @@ import pickle
 import time
 
 import pytest
-from fault_proxy import FaultProxy, FaultRates
-from llm_fixtures import llm_server  # noqa: F401  (a fixture)
 
-from runners.backend import Request
-from runners.local_llm import MODEL_ALIAS
-from runners.openai_backend import OpenAIBackend
+from runners.llm.backend import Request
+from runners.llm.local_llm import MODEL_ALIAS
+from runners.llm.openai_backend import OpenAIBackend
+from tests.helpers.fault_proxy import FaultProxy, FaultRates
 
 pytestmark = pytest.mark.llm
 

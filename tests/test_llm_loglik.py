@@ -1,9 +1,8 @@
 """Log-likelihood scoring against the REAL local models (make test-llm): SmolLM2-135M-Instruct behind
-llama-cpp-python's server and Gemma 3 270M behind runners.llama_server. Memory that names an option
+llama-cpp-python's server and Gemma 3 270M behind runners.llm.llama_server. Memory that names an option
 raises that option's score; the preset action names are one token each; the plan's token estimate is
 within 10% of what a real run reports. Nothing is asserted on exact numbers. Skipped, with the reason,
 when the local-llm extra is not installed."""
-# ruff: noqa: F811  (pytest fixtures imported from llm_fixtures are redefined as test arguments)
 
 from __future__ import annotations
 
@@ -16,14 +15,13 @@ import sys
 
 import pyarrow.parquet as pq
 import pytest
-from llm_fixtures import gemma_server, llm_server  # noqa: F401  (fixtures)
 from omegaconf import OmegaConf
 
 from envs.base import Task
-from runners.backend import Request
-from runners.local_llm import GEMMA_ALIAS, MODEL_ALIAS
-from runners.openai_backend import OpenAIBackend
-from runners.prompt import labels_for, render
+from runners.agent.prompt import labels_for, render
+from runners.llm.backend import Request
+from runners.llm.local_llm import GEMMA_ALIAS, MODEL_ALIAS
+from runners.llm.openai_backend import OpenAIBackend
 from runners.run import CONF_DIR, PROJECT_ROOT
 from runners.runlog import EPISODES
 from tepa.evidence import Evidence

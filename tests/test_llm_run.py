@@ -6,7 +6,6 @@ that counts what reaches the server: cold, then again into a fresh results_dir s
 identical), then with 10% of every fault kind injected and a cache of its own (identical answers: llama.cpp
 at temperature 0 is deterministic, whatever the order, concurrency and prompt-cache state of the requests).
 Skipped, with the reason, when the local-llm extra is not installed."""
-# ruff: noqa: F811  (pytest fixtures imported from llm_fixtures are redefined as test arguments)
 
 from __future__ import annotations
 
@@ -20,12 +19,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from fault_proxy import FaultProxy, FaultRates
-from llm_fixtures import llm_server  # noqa: F401  (a fixture)
 
-from runners.local_llm import free_port, port_in_use
+from runners.llm.local_llm import free_port, port_in_use
 from runners.run import PROJECT_ROOT
 from runners.runlog import EPISODES, META
+from tests.helpers.fault_proxy import FaultProxy, FaultRates
 
 pytestmark = pytest.mark.llm
 
@@ -196,7 +194,7 @@ def test_local_llm_serves_while_a_command_runs_and_exits_with_its_code(llm_serve
         f"r = urllib.request.urlopen('http://127.0.0.1:{port}/v1/models', timeout=10); "
         "sys.exit(3 if r.status == 200 else 1)"
     )
-    serve = [sys.executable, "-m", "runners.local_llm", "--port", str(port)]
+    serve = [sys.executable, "-m", "runners.llm.local_llm", "--port", str(port)]
     proc = subprocess.run(
         [*serve, "--", sys.executable, "-c", probe], capture_output=True, text=True, timeout=300
     )

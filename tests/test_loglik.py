@@ -1,18 +1,12 @@
 """Option log-likelihood scoring (`llm.scoring=loglik`): the scoring rule, and the openai backend against a
 stub /completions endpoint that echoes prompts with log-probabilities (no model needed)."""
-# ruff: noqa: F811  (pytest fixtures imported from llm_fixtures are redefined as test arguments)
 
 import asyncio
 
 import pytest
-from llm_fixtures import StubReply, completion, echoed, stub_server  # noqa: F401  (a fixture)
 
-from runners.backend import BackendExhausted, Request
-from runners.config import ConfigError
-from runners.loglik import NoPromptLogprobs, OptionScore, choose, option_loglik
-from runners.openai_backend import OpenAIBackend
-from runners.parse import parse_choice
-from runners.prompt import (
+from runners.agent.parse import parse_choice
+from runners.agent.prompt import (
     ANSWER_CUE,
     LETTER_INSTRUCTION,
     NAME_INSTRUCTION,
@@ -20,6 +14,11 @@ from runners.prompt import (
     count_message_tokens,
     count_tokens,
 )
+from runners.config import ConfigError
+from runners.llm.backend import BackendExhausted, Request
+from runners.llm.loglik import NoPromptLogprobs, OptionScore, choose, option_loglik
+from runners.llm.openai_backend import OpenAIBackend
+from tests.helpers.stub_server import StubReply, completion, echoed
 
 OPTIONS = ("red", "blue", "green")
 MESSAGES = (

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 import pytest
 
 from baselines.append_only import AppendOnly
-from envs.base import Outcome, Task
+from envs.base import MultiHop, Outcome, Task
 from envs.controlled_drift import ControlledDrift
-from runners.backend import Reply, Request
-from runners.loop import STREAM_GC_THRESHOLD, ReplayMismatch, run_stream
-from runners.simulated import SimulatedBackend
+from runners.agent.loop import STREAM_GC_THRESHOLD, ReplayMismatch, run_stream
+from runners.llm.backend import Reply, Request
+from runners.llm.simulated import SimulatedBackend
 from tepa import Observation
 from tepa.tepa_rev import TEPARev
 
@@ -103,7 +103,7 @@ class TwoHops:
             phase="questions",
             t=2,
             correct="c",
-            meta={"hops": ["a", "r1", "r2"], "hop_questions": ["What is r1 of [X]?", "What is r2 of [X]?"]},
+            multi_hop=MultiHop("a", ("r1", "r2"), ("What is r1 of [X]?", "What is r2 of [X]?")),
         )
 
     def execute(self, task: Task, action: str) -> Outcome:

@@ -4,15 +4,15 @@ import io
 import urllib.error
 
 import pytest
-from shared_data import DATA_DIR
 
-from envs import mab_data
-from envs.mab_data import (
+from envs.memoryagentbench import data as mab_data
+from envs.memoryagentbench.data import (
     DATA_DIR_ENV,
     DataNotFoundError,
     load_conflict_resolution,
     load_mquake_templates,
 )
+from tests.helpers.shared_data import DATA_DIR
 
 LOCAL_SOURCES = [f"factconsolidation_{h}_{n}" for h in ("sh", "mh") for n in ("6k", "32k", "262k")]
 

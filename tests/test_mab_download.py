@@ -14,10 +14,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from shared_data import DATA_DIR
 
-from envs import mab_data, mab_download
-from envs.mab_data import DATA_DIR_ENV, DataNotFoundError, load_conflict_resolution
+from envs.memoryagentbench import data as mab_data
+from envs.memoryagentbench import download as mab_download
+from envs.memoryagentbench.data import DATA_DIR_ENV, DataNotFoundError, load_conflict_resolution
+from tests.helpers.shared_data import DATA_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 RESOLVE = f"/datasets/{mab_download.HF_DATASET}/resolve"
@@ -105,7 +106,7 @@ def test_a_damaged_download_is_refused_and_not_kept(hub):
 
 
 def test_one_command_checks_the_data_online_and_offline(hub):
-    check = [sys.executable, "-m", "envs.mab_data"]
+    check = [sys.executable, "-m", "envs.memoryagentbench.data"]
     online = subprocess.run(check, capture_output=True, text=True, cwd=ROOT)
     assert online.returncode == 0, online.stderr
     assert "downloaded from the Hugging Face Hub" in online.stdout

@@ -2,7 +2,7 @@
 
 import pytest
 
-from envs.mab_metric import extract_answer, normalize_answer, substring_exact_match
+from envs.memoryagentbench.metric import extract_answer, normalize_answer, substring_exact_match
 
 
 @pytest.mark.parametrize(

@@ -3,16 +3,15 @@
 import time
 
 import pytest
-from shared_data import DATA_DIR
 
-from envs.mab_data import (
+from envs.memoryagentbench.data import (
     FactConsolidationRecord,
     MQuAKETemplates,
     load_conflict_resolution,
     load_mquake_templates,
 )
-from envs.mab_metric import substring_exact_match
-from envs.mab_parse import (
+from envs.memoryagentbench.metric import substring_exact_match
+from envs.memoryagentbench.parse import (
     Fact,
     FactGraph,
     MQuAKEParser,
@@ -20,6 +19,7 @@ from envs.mab_parse import (
     parse_source,
     parser_for,
 )
+from tests.helpers.shared_data import DATA_DIR
 
 SIZES = ("6k", "32k", "262k")
 # A perfect last-write-wins reader (SOURCES.md): a few conflicted questions have the older value as gold.

@@ -5,11 +5,11 @@ import shutil
 from types import SimpleNamespace
 
 import pytest
-from shared_data import DATA_DIR
 
 from envs.base import Environment
-from envs.mab_data import CONFLICT_FILE
-from envs.memoryagentbench import QUERY_TEMPLATE, MemoryAgentBench, approx_tokens
+from envs.memoryagentbench.data import CONFLICT_FILE
+from envs.memoryagentbench.env import QUERY_TEMPLATE, MemoryAgentBench, approx_tokens
+from tests.helpers.shared_data import DATA_DIR
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_then_the_hundred_questions(sh6k):
     assert first.text == "Which sport is goaltender associated with?"
     assert first.key == ("goaltender", "P641")
     assert first.correct == "pesäpallo" and first.meta["golds"] == ["pesäpallo"]
-    instructions = first.meta["instructions"]
+    instructions = first.instructions
     assert instructions.startswith("Pretend you are a knowledge management system. Each fact in the")
     assert instructions.endswith(
         "what is the name of the current president of Russia? \nAnswer: Donald Trump"
@@ -77,7 +77,7 @@ def test_then_the_hundred_questions(sh6k):
     upstream_query = QUERY_TEMPLATE.format(question=first.text)
     assert upstream_query.startswith(instructions)
     assert upstream_query.endswith(f"Based on the provided Knowledge Pool, {first.text} \nAnswer:")
-    assert "hops" not in first.meta
+    assert first.multi_hop is None
 
 
 def test_execute_scores_with_the_upstream_metric(sh6k):
@@ -111,9 +111,11 @@ def test_multi_hop_questions_have_no_key_but_a_chain():
     env = MemoryAgentBench("factconsolidation_mh_6k", data_dir=DATA_DIR)
     _, questions = _split(list(env.tasks()))
     assert all(q.key is None for q in questions)
-    chains = [q.meta["hops"] for q in questions if "hops" in q.meta]
+    chains = [q.multi_hop for q in questions if q.multi_hop is not None]
     assert len(chains) == env.coverage.questions_parsed >= 85
-    assert questions[0].meta["hops"] == ["Our Mutual Friend", "P50", "P26", "P27"]
+    first = questions[0].multi_hop
+    assert (first.subject, first.relations) == ("Our Mutual Friend", ("P50", "P26", "P27"))
+    assert [q.count("[X]") for q in first.questions] == [1, 1, 1]
 
 
 def _conflicted_key(env):

@@ -1,5 +1,4 @@
 """Unit tests of the openai backend against a scripted local stub endpoint (no model needed)."""
-# ruff: noqa: F811  (pytest fixtures imported from llm_fixtures are redefined as test arguments)
 
 import asyncio
 import email.utils
@@ -9,11 +8,10 @@ import random
 import time
 
 import pytest
-from fault_proxy import FaultProxy, FaultRates
-from llm_fixtures import StubReply, completion, stub_server  # noqa: F401  (a fixture)
 
-from runners.backend import Backend, Request
-from runners.openai_backend import (
+from runners.agent.prompt import count_message_tokens, estimate_tokens
+from runners.llm.backend import Backend, Request
+from runners.llm.openai_backend import (
     MAX_RETRY_AFTER,
     BackendExhausted,
     OpenAIBackend,
@@ -21,7 +19,8 @@ from runners.openai_backend import (
     parse_retry_after,
     pick_label,
 )
-from runners.prompt import count_message_tokens, estimate_tokens
+from tests.helpers.fault_proxy import FaultProxy, FaultRates
+from tests.helpers.stub_server import StubReply, completion
 
 SENTINEL = "sk-test-SENTINEL-0123456789abcdef"
 MESSAGES = (

@@ -1,6 +1,6 @@
 import pytest
 
-from runners.parse import parse_choice, parse_free
+from runners.agent.parse import parse_choice, parse_free
 
 OPTS = ("aisle", "window", "middle")
 

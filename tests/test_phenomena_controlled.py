@@ -3,9 +3,9 @@
 Thresholds come from measured runs (see the comments) with a margin."""
 
 import pytest
-from phenomena import early_success, run_methods, success
 
 from envs.controlled_drift import ControlledDrift
+from tests.helpers.phenomena import early_success, run_methods, success
 
 
 @pytest.fixture(scope="module")

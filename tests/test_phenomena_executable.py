@@ -4,9 +4,9 @@ Measured (2 seeds): full reversal No Memory ~0.31, Append-Only ~0.21, TEPA-Rev ~
 """
 
 import pytest
-from phenomena import early_success, run_methods, success
 
-from envs.executable_drift import ExecutableDrift
+from envs.executable_drift.env import ExecutableDrift
+from tests.helpers.phenomena import early_success, run_methods, success
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,9 @@ in all of seeds 0-3 by +0.0046 on average), No Memory ~0.842, Append-Only ~0.711
 """
 
 import pytest
-from phenomena import run_methods, success
 
 from envs.preference_stream import PreferenceStream
+from tests.helpers.phenomena import run_methods, success
 
 
 @pytest.fixture(scope="module")

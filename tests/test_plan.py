@@ -1,27 +1,22 @@
 """`plan=true`: what a run will cost, from a dry pass with the simulated reader; and `llm.max_total_tokens`,
 which stops a run cleanly and resumably."""
-# ruff: noqa: F811  (pytest fixtures imported from llm_fixtures are redefined as test arguments)
 
 from __future__ import annotations
 
 import pyarrow.parquet as pq
 import pytest
-from hydra import compose, initialize_config_dir
-from llm_fixtures import echoed, stub_server  # noqa: F401  (a fixture)
 
 from runners.config import ConfigError
-from runners.run import CONF_DIR, RunStopped, execute
+from runners.run import RunStopped
 from runners.runlog import EPISODES, PARTIAL_EPISODES
+from tests.helpers.runner import run_overrides
+from tests.helpers.stub_server import echoed
 
 SMALL = ("env=controlled_drift_words", "env.phase_length=10", "seeds=[0,1]", "progress=false")
 
 
 def run(results, *overrides: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(
-            "config", overrides=[f"results_dir={results}", *SMALL, *overrides], return_hydra_config=True
-        )
-    return execute(cfg, cfg.hydra.runtime.choices)
+    return run_overrides(f"results_dir={results}", *SMALL, *overrides)
 
 
 def loglik(stub) -> tuple[str, ...]:

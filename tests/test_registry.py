@@ -9,7 +9,7 @@ import pytest
 from baselines import LastWriteWins, SlidingWindow
 from runners.registry import MEMORIES, build_memory, memory_class, memory_names
 from tepa.evidence import Observation, Query
-from tepa.protocol import Memory
+from tepa.protocol import Memory, TrialMemory
 
 NAMES = [
     "tepa_rev",
@@ -33,7 +33,7 @@ def test_registry_lists_the_ten_config_names():
 def test_every_name_builds_a_memory_called_by_its_config_name(name):
     memory = build_memory(name)
     assert isinstance(memory, Memory)
-    if hasattr(memory, "set_trial"):  # as the agent loop does: TEPA-Full validates by execution
+    if isinstance(memory, TrialMemory):  # as the agent loop does: TEPA-Full validates by execution
         memory.set_trial(lambda precedent, kind: kind == "support")
     assert memory.name == name
     memory.observe(Observation("k", "a"))

@@ -55,7 +55,7 @@ def test_the_steps_are_the_paper_experiments_through_the_joblib_launcher_and_mak
             "py", "-m", "runners.run", "-m", "hydra/launcher=joblib", "results_dir=/somewhere",
             f"experiment={step.name}",
         ]  # fmt: skip
-    assert [s.guard for s in steps if s.guard] == [["py", "-m", "envs.mab_data"]]
+    assert [s.guard for s in steps if s.guard] == [["py", "-m", "envs.memoryagentbench.data"]]
     recipe = (ROOT / "Makefile").read_text().split("\nreproduce:")[1].split("\n\n")[0]
     assert "python -m runners.reproduce --results-dir results" in recipe
 

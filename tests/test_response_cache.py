@@ -5,7 +5,7 @@ import threading
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from runners.response_cache import CachedReply, ResponseCache, cache_key
+from runners.llm.response_cache import CachedReply, ResponseCache, cache_key
 
 MESSAGES = ({"role": "system", "content": "You choose."}, {"role": "user", "content": "Task 3: A, B or C?"})
 PARAMS = {"temperature": 0.0, "max_tokens": 64, "top_p": None, "seed": 0, "scoring": "text"}

@@ -10,10 +10,9 @@ import sys
 import time
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from envs.controlled_drift import ControlledDrift
-from runners.run import CONF_DIR, PROJECT_ROOT, execute
+from runners.run import PROJECT_ROOT
 from runners.runlog import (
     ARCHIVE,
     EPISODES,
@@ -24,12 +23,11 @@ from runners.runlog import (
     atomic_write_bytes,
     parquet_bytes,
 )
+from tests.helpers.runner import run_overrides
 
 
 def run(results, *overrides: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=[f"results_dir={results}", *overrides], return_hydra_config=True)
-    return execute(cfg, cfg.hydra.runtime.choices)
+    return run_overrides(f"results_dir={results}", *overrides)
 
 
 class FlakyDrift(ControlledDrift):

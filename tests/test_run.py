@@ -10,11 +10,11 @@ import textwrap
 
 import pyarrow.parquet as pq
 import pytest
-from hydra import compose, initialize_config_dir
 
 from runners.config import ConfigError
-from runners.run import CONF_DIR, PROJECT_ROOT, execute
+from runners.run import PROJECT_ROOT
 from runners.runlog import ARCHIVE, EPISODES, META, PARTIAL_EPISODES
+from tests.helpers.runner import run_overrides
 
 TINY = ("env.phase_length=5",)  # controlled drift: 4 phases x 5 = 20 episodes per stream
 VARIANT = "env.phase_length=5"  # the directory level that names TINY's difference from the defaults
@@ -22,11 +22,7 @@ VARIANT = "env.phase_length=5"  # the directory level that names TINY's differen
 
 def run(results, *overrides: str, tiny: bool = True):
     extra = TINY if tiny else ()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(
-            "config", overrides=[f"results_dir={results}", *extra, *overrides], return_hydra_config=True
-        )
-    return execute(cfg, cfg.hydra.runtime.choices)
+    return run_overrides(f"results_dir={results}", *extra, *overrides)
 
 
 def cli(cwd, *args: str, pythonpath: str = "") -> subprocess.CompletedProcess:

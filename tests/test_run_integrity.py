@@ -16,25 +16,23 @@ import time
 
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_dir
-from shared_data import DATA_DIR
 
 from analysis.__main__ import main as analysis_main
-from analysis.integrity import file_record
-from analysis.load import load_runs
+from analysis.data.integrity import file_record
+from analysis.data.load import load_runs
 from envs.controlled_drift import ControlledDrift
-from runners import bench
-from runners.run import CONF_DIR, PROJECT_ROOT, RunSummary, execute
+from runners.bench import suite as bench
+from runners.run import PROJECT_ROOT, RunSummary
 from runners.runlog import ARCHIVE, EPISODES, META, PARTIAL_EPISODES, StreamLog
+from tests.helpers.runner import run_overrides
+from tests.helpers.shared_data import DATA_DIR
 
 TINY = "env.phase_length=5"  # controlled drift: 4 phases x 5 = 20 episodes per stream
 ENV = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
 
 
 def run(results, *overrides: str) -> RunSummary:
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=[f"results_dir={results}", *overrides], return_hydra_config=True)
-    return execute(cfg, cfg.hydra.runtime.choices)
+    return run_overrides(f"results_dir={results}", *overrides)
 
 
 def cli(results, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:

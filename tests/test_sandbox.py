@@ -10,9 +10,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envs.sandbox import MAX_INVOCATION_CHARS, Refused, Sandbox, check_invocation, split_invocation
-from envs.tool_worker import ToolWorker
-from envs.tools import FLAVOURS, TOOLS, VERSIONS, ToolError, subject_for
+from envs.executable_drift.sandbox import (
+    MAX_INVOCATION_CHARS,
+    Refused,
+    Sandbox,
+    check_invocation,
+    split_invocation,
+)
+from envs.executable_drift.tools import FLAVOURS, TOOLS, VERSIONS, ToolError, subject_for
+from envs.executable_drift.worker import ToolWorker
 
 
 # Test-only tools: module-level so that the worker can import them by name.

@@ -5,9 +5,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import paper
 from analysis.metrics import Analysis
-from analysis.scorecard import REASONS, scorecard
+from analysis.report import paper
+from analysis.report.scorecard import REASONS, scorecard
 
 ROOT = Path(__file__).resolve().parents[1]
 CELL = {"experiment": "paper_controlled", "env": "controlled_drift", "phase": "full_reversal"}

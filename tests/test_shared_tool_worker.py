@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from envs.executable_drift import ExecutableDrift
-from envs.tool_worker import SharedToolWorker
+from envs.executable_drift.env import ExecutableDrift
+from envs.executable_drift.worker import SharedToolWorker
 
 
 def noop(argv, version, root):

@@ -3,9 +3,9 @@ import asyncio
 import pytest
 
 from envs.base import Task
-from runners.backend import Request
-from runners.prompt import render
-from runners.simulated import SimulatedBackend
+from runners.agent.prompt import render
+from runners.llm.backend import Request
+from runners.llm.simulated import SimulatedBackend
 from tepa.evidence import Evidence
 
 

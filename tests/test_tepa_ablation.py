@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from analysis.__main__ import main as analysis_main
-from analysis.ablation import StateLog, regimes, return_delays, run_delays
+from analysis.report.ablation import StateLog, regimes, return_delays, run_delays
 from runners.run import PROJECT_ROOT
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tepa import Observation, Query, State, TEPAFull, TEPANoRev, TEPARev
+from tepa import Observation, Query, State, TEPAFull, TEPANoRev, TEPARev, check_memory
 
 KEYS = ("k0", "k1", ("user", 2))
 VALUES = ("a", "b", "c")
@@ -179,3 +179,10 @@ def test_stated_conditions_hold_after_every_update_for_random_thresholds(
         else:
             m.feedback(used, rng.random() < 0.5, t)
         check_rules_hold(m)
+
+
+@pytest.mark.parametrize("variant", ["rev", "full", "norev"])
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(params=thresholds(), trial_answers=st.lists(st.booleans(), max_size=7))
+def test_every_valid_setting_passes_check_memory(variant, params, trial_answers):
+    check_memory(lambda: build(variant, params, trial_answers), streams=2)

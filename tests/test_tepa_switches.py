@@ -4,10 +4,8 @@ epoch on retrieved evidence, and the config keys that select them."""
 from __future__ import annotations
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from runners.config import ConfigError, validate
-from runners.run import CONF_DIR
+from runners.config import ConfigError
 from tepa import Observation, Query, State, TEPAFull, TEPANoRev, TEPARev, TEPARevLiteral
 
 SWITCH_KEYS = (
@@ -133,15 +131,9 @@ def test_no_rev_ignores_the_switches():
     assert results[0] == results[1]
 
 
-def _spec(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
-    return validate(cfg, cfg.hydra.runtime.choices)
-
-
 @pytest.mark.parametrize("memory", ["tepa_rev", "tepa_full", "tepa_norev"])
-def test_the_switches_are_config_keys_of_every_variant(memory):
-    spec = _spec(f"memory={memory}", "memory.counts=lifetime", "memory.stale_feedback=active_only")
+def test_the_switches_are_config_keys_of_every_variant(compose, memory):
+    spec = compose(f"memory={memory}", "memory.counts=lifetime", "memory.stale_feedback=active_only")
     built = spec.memory.build()
     assert (built.counts, built.stale_feedback, built.clear_recent_on_revoke) == (
         "lifetime",
@@ -150,8 +142,8 @@ def test_the_switches_are_config_keys_of_every_variant(memory):
     )
 
 
-def test_memory_tepa_rev_literal_is_labelled_and_built_with_the_literal_switches():
-    spec = _spec("memory=tepa_rev_literal")
+def test_memory_tepa_rev_literal_is_labelled_and_built_with_the_literal_switches(compose):
+    spec = compose("memory=tepa_rev_literal")
     assert spec.memory.label == "tepa_rev_literal"
     built = spec.memory.build()
     assert isinstance(built, TEPARevLiteral) and built.revoked_counts_conflicts is True
@@ -166,7 +158,7 @@ def test_memory_tepa_rev_literal_is_labelled_and_built_with_the_literal_switches
         ("memory.own_failure_new_epoch=maybe", "memory.own_failure_new_epoch='maybe': wrong type"),
     ],
 )
-def test_a_bad_switch_or_a_prior_above_theta_pro_stops_the_run_naming_the_key(override, message):
+def test_a_bad_switch_or_a_prior_above_theta_pro_stops_the_run_naming_the_key(compose, override, message):
     with pytest.raises(ConfigError) as err:
-        _spec(override)
+        compose(override)
     assert str(err.value).startswith(message) and "\n" not in str(err.value)

@@ -1,0 +1,1 @@
+"""Reading run logs: finding runs, verifying their checksums, validating columns and options."""

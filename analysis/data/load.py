@@ -1,0 +1,219 @@
+"""Find and read run logs: episodes.parquet, archive.jsonl and meta.json of every complete run.
+
+A run directory is any directory under the root that holds a meta.json with `"complete": true` (the
+runner writes it last, atomically), so interrupted runs are skipped and the layout below the root may
+grow extra levels (a sweep's parameter folders, say). Labels (experiment, env, memory, seed) come from
+the episode rows, not from the path. Directories the runner moved aside (`seed=0.corrupt-...`) are not
+runs.
+
+A run is trusted only once its files verify against the checksums its meta.json records
+(`analysis.data.integrity.verify`, the runner's own check) and its episode columns pass
+`analysis.data.validate.check_episodes`. Otherwise the analysis stops with one ValueError naming the file
+(and the column) and what is wrong, before anything is written: rerunning the experiment's command
+moves a damaged stream aside and redoes it.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from analysis.data import integrity
+from analysis.data.validate import check_episodes
+from analysis.record import COUNTERS, STATE_COUNTS
+from analysis.record import LABELS as RUN_LABELS
+
+log = logging.getLogger(__name__)
+
+#: What identifies a run: its labels and seed.
+LABELS = (*RUN_LABELS, "seed")
+REQUIRED_COLUMNS = (*LABELS, "t", "phase", "success")
+#: The archive fields the analysis uses (lifecycle counts): only these are decoded, the rest (reasons,
+#: keys, values of any JSON type) are skipped by Arrow's parser, which keeps loading a full
+#: reproduction's millions of events fast.
+EVENT_SCHEMA = pa.schema([("event", pa.string())])
+_EVENT_PARSING = pj.ParseOptions(explicit_schema=EVENT_SCHEMA, unexpected_field_behavior="ignore")
+#: The episode columns the analysis uses (see `analysis.record`); the others (task keys, actions, raw
+#: replies) are not read, which keeps loading a full reproduction fast. Counters a run lacks read as 0.
+ANALYSIS_COLUMNS = (*REQUIRED_COLUMNS, "prompt_tokens", *COUNTERS, *STATE_COUNTS)
+#: Threads reading run files concurrently.
+_READERS = 4
+#: The threshold-sweep experiment: its runs share labels and differ only in their resolved config.
+SWEEP_EXPERIMENT = "sweep_thresholds"
+
+
+@dataclass(frozen=True)
+class RunLogs:
+    """Everything the analysis reads, one frame per log kind.
+
+    episodes: one row per episode of every run, plus `run` (the run directory relative to the root).
+    events: one row per archive lifecycle event: `run`, the run's labels and the EVENT_SCHEMA fields.
+    runs: one row per run: `run`, the labels, `n_episodes`, and `config` (meta.json flattened to
+    dotted keys, e.g. "config.memory.theta_rev").
+    """
+
+    episodes: pd.DataFrame
+    events: pd.DataFrame
+    runs: pd.DataFrame
+
+
+def flatten(mapping: dict, prefix: str = "") -> dict[str, object]:
+    """Flatten nested dicts to dotted keys: {"a": {"b": 1}} -> {"a.b": 1}."""
+    flat: dict[str, object] = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def read_meta(run_dir: Path) -> dict:
+    """meta.json of a run, or {} when it is missing or unreadable (a run still being written)."""
+    return integrity.read_meta(run_dir) or {}
+
+
+def is_complete(run_dir: Path) -> bool:
+    """A run is complete when its meta.json says so and its episode log exists."""
+    return read_meta(run_dir).get("complete") is True and (run_dir / "episodes.parquet").is_file()
+
+
+def find_runs(root: str | Path) -> list[Path]:
+    """Complete run directories under `root`, in sorted (deterministic) order."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ValueError(f"root: {root} is not a directory")
+    metas = root.rglob(integrity.META)
+    candidates = sorted(p.parent for p in metas if not integrity.is_aside(p.parent.relative_to(root)))
+    complete = [p for p in candidates if is_complete(p)]
+    if len(complete) < len(candidates):
+        log.info("skipping %d incomplete run(s) under %s", len(candidates) - len(complete), root)
+    return complete
+
+
+def read_episodes(run_dir: Path) -> pa.Table:
+    """The ANALYSIS_COLUMNS of one run's episodes.parquet (those it has) as an Arrow table.
+
+    One ParquetFile serves both the schema check and the read, single-threaded: files are small and
+    load_runs already reads several at once, so the dataset API's and Arrow's thread start-up would
+    cost more than the decoding.
+    """
+    path = run_dir / "episodes.parquet"
+    file = pq.ParquetFile(path)
+    names = file.schema_arrow.names
+    missing = [c for c in REQUIRED_COLUMNS if c not in names]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
+    table = file.read(columns=[c for c in ANALYSIS_COLUMNS if c in names], use_threads=False)
+    check_episodes(table, path)
+    return table
+
+
+def read_events(run_dir: Path) -> pa.Table:
+    """The EVENT_SCHEMA fields of one run's archive.jsonl, one row per lifecycle event (no rows when
+    there is none)."""
+    path = run_dir / "archive.jsonl"
+    if not path.is_file() or path.stat().st_size == 0:  # Arrow refuses an empty file
+        return EVENT_SCHEMA.empty_table()
+    return pj.read_json(path, parse_options=_EVENT_PARSING)
+
+
+def _labels(table: pa.Table, run: str) -> dict[str, object]:
+    labels = {}
+    for name in LABELS:
+        values = pc.unique(table[name]).to_pylist()
+        if len(values) != 1:
+            raise ValueError(f"run {run}: column {name} has {len(values)} distinct values, expected one")
+        labels[name] = int(values[0]) if name == "seed" else str(values[0])
+    return labels
+
+
+def variants(runs: pd.DataFrame) -> pd.Series:
+    """Each run's configuration variant: "" for its experiment's own configuration, else the keys that
+    differ from it (meta.json's `variant`, which the runner also uses as a directory level)."""
+    return runs["config"].map(lambda config: str(config.get("variant") or ""))
+
+
+def in_sweep(runs: pd.DataFrame) -> pd.Series:
+    """Which runs are grid points of a sweep: the threshold-sweep experiment's, and every run whose
+    labels (experiment, env, memory) another run shares with another configuration variant, whatever
+    key was swept (a threshold, a reader parameter, an environment size)."""
+    shared = runs.assign(variant=variants(runs)).groupby(list(LABELS[:3]))["variant"].transform("nunique")
+    return (runs["experiment"] == SWEEP_EXPERIMENT) | (shared > 1)
+
+
+def _check_unique(runs: pd.DataFrame) -> None:
+    """Two runs with the same labels and configuration would be averaged as if they were two seeds:
+    refuse."""
+    regular = runs[runs["experiment"] != SWEEP_EXPERIMENT].assign(variant=variants(runs))
+    dup = regular[regular.duplicated([*LABELS, "variant"], keep=False)]
+    if not dup.empty:
+        raise ValueError(
+            "runs with identical (experiment, env, memory, seed) labels: " + ", ".join(sorted(dup["run"]))
+        )
+
+
+def _with_labels(table: pa.Table, run: str, labels: dict[str, object]) -> pa.Table:
+    """`table` with `run` and the labels as leading columns (one value repeated on every row)."""
+    values = {"run": run, **labels}
+    columns = [pa.repeat(value, table.num_rows) for value in values.values()] + table.columns
+    return pa.Table.from_arrays(columns, names=[*values, *table.column_names])
+
+
+def _read_run(root: Path, run_dir: Path) -> tuple[str, pa.Table, pa.Table, dict]:
+    """A run's files, verified (see the module docstring); a ValueError names what cannot be trusted."""
+    meta = read_meta(run_dir)
+    if "files" in meta:  # runs written before checksums were recorded are read unverified
+        problem = integrity.verify(run_dir, meta)
+        if problem is not None:
+            raise ValueError(f"{problem}; rerun its experiment to redo it")
+    try:
+        return run_dir.relative_to(root).as_posix(), read_episodes(run_dir), read_events(run_dir), meta
+    except (OSError, pa.ArrowException) as exc:  # a file Arrow cannot read (ArrowInvalid is both)
+        reason = str(exc).splitlines()[0] if str(exc) else repr(exc)
+        raise ValueError(f"{run_dir}: unreadable ({reason})") from None
+
+
+def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:
+    """Read every complete run under `root` into one RunLogs (episodes sorted by run and t).
+
+    Files are read on a few threads (Arrow decodes without the GIL), concatenated as Arrow tables and
+    converted to pandas once: per-run pandas work would dominate the load time of a full
+    reproduction. Counters a run does not log are read as 0.
+    """
+    root = Path(root)
+    run_dirs = find_runs(root)
+    tables, events, runs = [], [], []
+    with ThreadPoolExecutor(max_workers=_READERS) as pool:
+        loaded = pool.map(lambda run_dir: _read_run(root, run_dir), run_dirs)
+        for run, table, archive, meta in tqdm(
+            loaded, total=len(run_dirs), desc="reading runs", unit="run", disable=not progress
+        ):
+            if table.num_rows == 0:
+                log.info("run %s has no episodes; skipped", run)
+                continue
+            labels = _labels(table, run)
+            tables.append(table.append_column("run", pa.repeat(run, table.num_rows)))
+            events.append(_with_labels(archive, run, labels))
+            runs.append({"run": run, **labels, "n_episodes": table.num_rows, "config": flatten(meta)})
+    if not runs:
+        raise ValueError(f"root: no complete runs with episodes under {root}")
+    runs_frame = pd.DataFrame(runs)
+    _check_unique(runs_frame)
+    episodes = pa.concat_tables(tables, promote_options="permissive").to_pandas()
+    for name in (*COUNTERS, *STATE_COUNTS):
+        episodes[name] = episodes[name].fillna(0).astype("int64") if name in episodes else 0
+    episodes["success"] = episodes["success"].astype(bool)
+    episodes = episodes.sort_values(["run", "t"], kind="stable").reset_index(drop=True)
+    events_frame = pa.concat_tables(events).to_pandas()
+    return RunLogs(episodes, events_frame, runs_frame)

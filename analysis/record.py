@@ -1,0 +1,61 @@
+"""The episode record: one row of `episodes.parquet`, its column names and their types, in one place.
+
+The agent loop builds every row through `EpisodeRecord.row` and the analysis reads columns by the
+names defined here. The column order (the run's labels, then the fields in declaration order) is the
+file's, so changing it changes every run log. Imports nothing of the project: both sides import it.
+"""
+
+from typing import NamedTuple
+
+#: The run's labels, leading every row (the runner's results labels).
+LABELS = ("experiment", "env", "memory")
+#: The memory's counts by lifecycle state at the end of the episode.
+STATE_COUNTS = ("hypothesis", "active", "revoked")
+#: The memory's cumulative lifecycle counters; a method that keeps none logs 0.
+COUNTERS = ("promotions", "revocations", "repromotions", "trials", "trial_passes")
+
+
+class EpisodeRecord(NamedTuple):
+    """One decision episode. Token counts, latency, `cached` and `truncated` total the replies of all
+    hops of a multi-hop question; `reply` is the last hop's and `hop_replies` the JSON list of every
+    hop's reply ("" for a single reply). `key`, `correct` and `error` are "" when there is none.
+    A NamedTuple: immutable and several times cheaper to build than a frozen dataclass (one per
+    episode)."""
+
+    seed: int
+    t: int
+    phase: str
+    key: str
+    action: str
+    correct: str
+    success: bool
+    parse_ok: bool
+    reply: str
+    hop_replies: str
+    error: str
+    n_evidence: int
+    prompt_tokens: int
+    completion_tokens: int
+    cached: bool
+    truncated: bool
+    latency: float
+    hypothesis: int
+    active: int
+    revoked: int
+    promotions: int
+    revocations: int
+    repromotions: int
+    trials: int
+    trial_passes: int
+
+    def row(self, labels: dict[str, str]) -> dict[str, object]:
+        """The record as a log row: `labels` (normally LABELS), then the fields, in COLUMNS order."""
+        return {**labels, **dict(zip(FIELDS, self, strict=True))}
+
+
+#: The record's own fields, in order.
+FIELDS = EpisodeRecord._fields
+#: Every column of episodes.parquet, in order.
+COLUMNS = (*LABELS, *FIELDS)
+#: Each column's Python type (parquet: str -> string, int -> int64, float -> double, bool -> bool).
+TYPES: dict[str, type] = {**dict.fromkeys(LABELS, str), **EpisodeRecord.__annotations__}

@@ -1,0 +1,1 @@
+"""Writing the report: tables, figures, lifecycle timelines, the scorecard against the paper, the ablation."""

@@ -1,0 +1,262 @@
+"""Confinement for untrusted tool invocations: a directory no path may leave, and the invocation gate.
+
+A model's reply is untrusted input. It is split with `shlex` (never handed to a shell), its first word
+must name a whitelisted tool, and every argument that could be a path must resolve, after symlinks, to a
+location inside the sandbox. Anything else is refused with a `Refused` error before it runs, so a refusal
+changes nothing at all. The tools check their path arguments again when they run (see the `tools` module,
+`Sandbox.job_path`): a path with a symlink on it, a file with more than one hard link (planted from outside,
+it would let a write reach a file outside) or a special file is refused there, so a path the gate's generic
+view misses still cannot leave the sandbox.
+
+Between episodes the environment sweeps the sandbox (`Sandbox.sweep`): everything that is not a job's
+input or output is removed, and outputs too once the sandbox holds more than its byte budget, so
+whatever actions write cannot pile up (each file is also capped by the tool worker).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import stat
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_INVOCATION_CHARS = 2000
+
+
+class Refused(ValueError):
+    """An invocation (or one of its paths) was refused; the message says why, for the model to read."""
+
+
+class Sandbox:
+    """A directory that every path of an untrusted invocation must stay inside."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        real = os.path.realpath(root)
+        if not os.path.isdir(real):
+            raise ValueError(f"root must be an existing directory, got {os.fspath(root)!r}")
+        self.root = Path(real)
+        self._root = str(self.root)
+        self._prefix = self._root.rstrip(os.sep) + os.sep
+
+    def resolve(self, path: str) -> Path:
+        """`path` (relative to the root, or absolute) with every symlink resolved; `Refused` when the
+        result lies outside the sandbox."""
+        return Path(self.real(path))
+
+    def real(self, path: str) -> str:
+        """`resolve` as a string: the gate checks every argument of every call and needs no Path."""
+        if not isinstance(path, str) or not path or "\x00" in path:
+            raise Refused(f"invalid path {path!r}")
+        real = self._plain(path) or os.path.realpath(os.path.join(self._root, path))
+        if real != self._root and not real.startswith(self._prefix):
+            raise Refused(f"path escapes the sandbox: {path}")
+        return real
+
+    def _plain(self, path: str) -> str | None:
+        """The resolution of a relative path with no `..` and no symlink on it (the common case),
+        found with one lstat per part; None when `os.path.realpath` must decide."""
+        if path.startswith("/"):
+            return None
+        current = self._root
+        for part in path.split("/"):
+            if part in ("", "."):
+                continue
+            if part == "..":
+                return None
+            current = f"{current}/{part}"
+            try:
+                if stat.S_ISLNK(os.lstat(current).st_mode):
+                    return None
+            except OSError:
+                pass  # a part that does not exist yet is not a symlink
+        return current
+
+    def job_path(self, path: str) -> str:
+        """`real`, for a path a tool is about to read or write: refused as well when a symlink lies on
+        it, or when it is an existing file that is not a plain one (a FIFO, a device) or has more than
+        one hard link. One lstat beyond `real`; a string, as tools open it (a Path per argument cost a
+        tenth of a call)."""
+        real = self.real(path)
+        if real != os.path.normpath(os.path.join(self._root, path)):
+            raise Refused(f"refused: a symbolic link is on the path {path}")
+        try:
+            st = os.lstat(real)
+        except FileNotFoundError:
+            return real
+        if stat.S_ISDIR(st.st_mode):
+            return real
+        if not stat.S_ISREG(st.st_mode):
+            raise Refused(f"refused: {path} is not a regular file")
+        if st.st_nlink > 1:
+            raise Refused(f"refused: {path} has {st.st_nlink} hard links")
+        return real
+
+    def sweep(self, layout: Layout, budget: int) -> None:
+        """Remove everything but the layout's files (plain files of the expected size; outputs any size)
+        and the folders that hold them; then, when what is left exceeds `budget` bytes, the outputs too.
+        One scandir per kept folder and one lstat per kept file: cheap enough for every episode."""
+        kept, outputs = 0, []
+        stack = [("", self._root)]
+        while stack:
+            rel, folder = stack.pop()
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    name = rel + entry.name
+                    if entry.is_dir(follow_symlinks=False):
+                        if name in layout.dirs:
+                            stack.append((name + "/", entry.path))
+                        else:
+                            shutil.rmtree(entry.path)
+                        continue
+                    size = layout.files.get(name, -1)
+                    if size != -1 and entry.is_file(follow_symlinks=False):
+                        st = entry.stat(follow_symlinks=False)
+                        if st.st_nlink == 1 and size in (None, st.st_size):
+                            kept += st.st_size
+                            if size is None:
+                                outputs.append(entry.path)
+                            continue
+                    os.unlink(entry.path)
+        if kept > budget:
+            for path in outputs:
+                os.unlink(path)
+
+    def relative(self, path: str | os.PathLike[str]) -> str:
+        """How to name `path` in a message: relative to the root (absolute temp paths would make
+        messages, and so prompts, differ from run to run)."""
+        text = os.fspath(path)
+        if not text.startswith(self._prefix):
+            return text
+        tail = text[len(self._prefix) :]
+        if tail and tail[0] != "/" and os.path.normpath(text) == text:
+            return tail  # what relpath gives when there is nothing to normalise, at a tenth of the cost
+        return os.path.relpath(text, self._root)
+
+    def scrub(self, text: str) -> str:
+        """`text` with the sandbox's absolute location taken out of every path in it."""
+        return text.replace(self._prefix, "").replace(self._root, ".")
+
+    def clear(self, path: str) -> None:
+        """Make room for `path` (root-relative, without `..`): delete whatever is there (a file, a link,
+        a folder tree) and any file or link standing where one of its parent folders belongs. Links are
+        deleted, never followed."""
+        current = self._root
+        parts = [part for part in path.split("/") if part not in ("", ".")]
+        for i, part in enumerate(parts):
+            current = f"{current}/{part}"
+            try:
+                mode = os.lstat(current).st_mode
+            except FileNotFoundError:
+                return
+            if not stat.S_ISDIR(mode):
+                os.unlink(current)  # the target itself, or a non-folder in its way
+                return
+            if i == len(parts) - 1:
+                shutil.rmtree(current)
+
+    def write(self, path: str, data: bytes) -> None:
+        """Write `data` to a new file `path` inside the sandbox, creating parent directories."""
+        target = self.resolve(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+    def restore(self, path: str, files: Mapping[str, bytes]) -> None:
+        """Make `path` (a file, or a folder) hold exactly `files` (root-relative paths under `path`).
+
+        Disk is touched only where something differs: on many file systems rewriting a file costs
+        milliseconds while reading it costs microseconds, and the environment restores inputs before
+        every call.
+        """
+        if not self._holds(path, files):
+            self.clear(path)
+            for name, data in files.items():
+                self.write(name, data)
+
+    def _holds(self, path: str, files: Mapping[str, bytes]) -> bool:
+        """Whether `path` holds exactly `files`, as plain files with one link each, reached without a
+        symlink (a planted link or hard link is replaced, never read through)."""
+        full = os.path.join(self.root, path)
+        found: dict[str, bytes] = {}
+        try:
+            if self._plain(path) is None:
+                return False
+            st = os.lstat(full)
+            if stat.S_ISREG(st.st_mode):
+                return st.st_nlink == 1 and {path: _read(full)} == files
+            for folder, dirs, names in os.walk(full):
+                if any(os.path.islink(os.path.join(folder, d)) for d in dirs):
+                    return False
+                for name in names:
+                    item = os.path.join(folder, name)
+                    st = os.lstat(item)
+                    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                        return False
+                    found[self.relative(item)] = _read(item)
+        except OSError:
+            return False
+        return found == files
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a sandbox may keep between episodes: `files` maps a root-relative path to its exact size
+    (a job's input) or None (a job's output, any size); `dirs` are the folders on their paths."""
+
+    files: Mapping[str, int | None]
+    dirs: frozenset[str]
+
+    @classmethod
+    def of(cls, inputs: Mapping[str, bytes], outputs: Collection[str]) -> Layout:
+        files: dict[str, int | None] = dict.fromkeys(outputs)
+        files.update((path, len(data)) for path, data in inputs.items())
+        dirs = {path.rsplit("/", i)[0] for path in files for i in range(1, path.count("/") + 1)}
+        return cls(files, frozenset(dirs))
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def split_invocation(text: str) -> list[str]:
+    """Split an untrusted command line into argv like a POSIX shell would (without running one), or
+    raise `Refused` when it is not a command line: not a string, longer than MAX_INVOCATION_CHARS,
+    unbalanced quotes, or empty."""
+    if not isinstance(text, str):
+        raise Refused(f"refused: an invocation must be a string, got {type(text).__name__}")
+    if len(text) > MAX_INVOCATION_CHARS:
+        raise Refused(f"refused: the invocation is longer than {MAX_INVOCATION_CHARS} characters")
+    if text.isascii() and text.isprintable() and not any(c in text for c in "'\"\\"):
+        argv = text.split()  # what shlex.split gives for plain text, at a tenth of the cost
+    else:
+        try:
+            argv = shlex.split(text)
+        except ValueError as exc:
+            raise Refused(f"refused: cannot parse the invocation: {exc}") from None
+    if not argv:
+        raise Refused("refused: empty invocation")
+    return argv
+
+
+def check_invocation(argv: list[str], allowed: Collection[str], sandbox: Sandbox) -> None:
+    """Raise `Refused` unless argv[0] is in `allowed` and every argument that is not an option flag
+    (and the value of every `--flag=value`) resolves inside `sandbox`. Arguments that are not paths
+    (`8080`, `array`) resolve harmlessly inside the root, so no knowledge of a tool's interface is
+    needed."""
+    tool = argv[0]
+    if tool not in allowed:
+        raise Refused(f"{tool}: refused: not an allowed tool (allowed: {', '.join(sorted(allowed))})")
+    for arg in argv[1:]:
+        if arg.startswith("-"):
+            if "=" not in arg:
+                continue
+            arg = arg.split("=", 1)[1]
+        if not arg:
+            continue
+        try:
+            sandbox.real(arg)
+        except Refused as exc:
+            raise Refused(f"{tool}: refused: {exc}") from None

@@ -1,0 +1,442 @@
+"""`python -m runners.bench --out results/bench.json`: the harness's performance, measured as ratios.
+
+Machines running this are shared and noisy, so every figure is either a ratio between methods measured
+in the same process and the same repetition, or a median over repetitions in rotated order; the
+memory-operation benchmark counts CPU time, not wall time. Four benchmarks and one timing:
+
+1. memory operations: a stream of observations over many keys with retrieve and feedback mixed in,
+   through the `Memory` protocol (runners.bench.memory): events per CPU second and time relative to LWW;
+2. prompt footprint: mean prompt tokens per decision over 1,000 controlled_drift episodes;
+3. end to end: episodes per second of the runner on the simulated backend, per environment;
+4. scaling: the cost of an episode after a stream 1x, 10x and 100x as long, and its log-log slope;
+plus the wall time of `make reproduce` (its experiments side by side, then the analysis, into a temporary
+results_dir) and, in the same run, the time to verify every stream it wrote against its checksums (what a
+rerun does before it skips a stream, and the analysis before it reads one), as a fraction of that wall time.
+
+Writes the JSON (`--out`) and a markdown report beside it (`bench.md`) with every figure against its
+target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from analysis.data.integrity import META, read_meta, verify
+from runners import reproduce
+from runners.bench import agent as bench_agent
+from runners.bench import memory as bench_memory
+from runners.registry import build_memory, memory_names
+from runners.run import PROJECT_ROOT
+
+E2E_ENVS = {
+    "controlled_drift": bench_agent.PAPER_MEMORIES,
+    "preference_stream": bench_agent.PAPER_MEMORIES,
+    # real tool runs make its episodes ~10x dearer: the methods whose cost differs most
+    "executable_drift": ("no_memory", "append_only", "lww", "tepa_rev", "tepa_full"),
+    "memoryagentbench": bench_agent.MAB_MEMORIES,
+}
+# --quick: environments shrunk to a few dozen episodes (memoryagentbench's smallest source is kept).
+QUICK_ENV_OVERRIDES = {
+    "controlled_drift": ("env.phase_length=10",),
+    "preference_stream": ("env.stable_length=10", "env.drift_length=30"),
+    "executable_drift": ("env.phase_length=5",),
+}
+# Reactive Forgetting clears a key only on feedback, which the scaling warm-up (ingested history) does not
+# give, so at scale it would be measured as Append-Only; it is left out rather than misreported.
+SCALING_MEMORIES = tuple(m for m in bench_agent.PAPER_MEMORIES if m != "reactive")
+FLAT_SLOPE = 0.2  # "flat": cost grows less than 100**0.2 = 2.5x over a 100x longer stream
+GROWING_SLOPE = 0.5
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m runners.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("results/bench.json"), help="the JSON to write")
+    parser.add_argument(
+        "--markdown", type=Path, default=None, help="the report (default: bench.md beside --out)"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="repetitions of every timing (median reported)"
+    )
+    parser.add_argument("--observations", type=int, default=1_000_000, help="memory-operation stream length")
+    parser.add_argument("--keys", type=int, default=10_000, help="keys of the memory-operation stream")
+    parser.add_argument(
+        "--episodes", type=int, default=1000, help="controlled_drift episodes for the footprint"
+    )
+    parser.add_argument(
+        "--scaling-base", type=int, default=1000, help="stream length of the 1x scaling point"
+    )
+    parser.add_argument("--scaling-window", type=int, default=30, help="episodes timed at each scaling point")
+    parser.add_argument("--skip-reproduce", action="store_true", help="do not time `make reproduce`")
+    parser.add_argument(
+        "--reproduce-dir",
+        type=Path,
+        default=None,
+        help="run the timed `make reproduce` into this folder and keep it (e.g. to diff its tables with "
+        "results/tables); default: a temporary folder",
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one repetition: a smoke run")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.repeats, args.observations, args.keys, args.episodes = 1, 2000, 50, 40
+        args.scaling_base, args.scaling_window = 20, 4
+    for name in ("repeats", "observations", "keys", "episodes", "scaling_base", "scaling_window"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(args, name)}")
+    if args.episodes % 4:
+        parser.error(
+            f"--episodes: must be a multiple of 4 (controlled_drift's four phases), got {args.episodes}"
+        )
+    if args.scaling_window < 2:
+        parser.error(f"--scaling-window: must be >= 2, got {args.scaling_window}")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    markdown = args.markdown or args.out.with_name("bench.md")
+    report = run(args, log=lambda msg: print(msg, file=sys.stderr, flush=True))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    markdown.parent.mkdir(parents=True, exist_ok=True)
+    markdown.write_text(render_markdown(report), encoding="utf-8")
+    print(f"wrote {args.out} and {markdown}", file=sys.stderr)
+    return 0
+
+
+def run(args: argparse.Namespace, log: Callable[[str], None] = lambda msg: None) -> dict[str, Any]:
+    """Every benchmark; the report as a JSON-ready dict (with how long each section took)."""
+    report: dict[str, Any] = {"meta": _meta(args)}
+    took: dict[str, float] = {}
+
+    def section(name: str, message: str, measure: Callable[[], dict[str, Any]]) -> None:
+        log(message)
+        start = time.perf_counter()
+        report[name] = measure()
+        took[name] = round(time.perf_counter() - start, 1)
+
+    def memory_ops() -> dict[str, Any]:
+        stream = bench_memory.make_stream(n_observations=args.observations, n_keys=args.keys)
+        factories = {name: (lambda name=name: build_memory(name)) for name in memory_names()}
+        return {
+            "observations": stream.n_observations,
+            "decisions": stream.n_decisions,
+            "events": stream.n_events,
+            "keys": args.keys,
+            "methods": bench_memory.measure(factories, stream, args.repeats),
+        }
+
+    tail = min(100, args.episodes)
+    section(
+        "memory_ops",
+        f"memory operations: {args.observations} observations over {args.keys} keys, x{args.repeats}",
+        memory_ops,
+    )
+    section(
+        "prompt_footprint",
+        f"prompt footprint: {args.episodes} controlled_drift episodes per method",
+        lambda: {
+            "episodes": args.episodes,
+            "tail": tail,
+            "methods": bench_agent.prompt_footprint(episodes=args.episodes, tail=tail),
+        },
+    )
+    section(
+        "end_to_end",
+        f"end to end: episodes per second of the runner, x{args.repeats}",
+        lambda: bench_agent.end_to_end(
+            E2E_ENVS, args.repeats, overrides=QUICK_ENV_OVERRIDES if args.quick else {}
+        ),
+    )
+    section(
+        "scaling",
+        f"scaling: {args.scaling_base} x (1, 10, 100) episodes, x{args.repeats}",
+        lambda: bench_agent.scaling(
+            SCALING_MEMORIES, base=args.scaling_base, window=args.scaling_window, repeats=args.repeats
+        ),
+    )
+    if args.skip_reproduce:
+        report["reproduce"] = {"skipped": "--skip-reproduce"}
+    else:
+        section(
+            "reproduce",
+            "make reproduce: the Makefile's commands into a temporary results_dir",
+            lambda: time_reproduce(args.reproduce_dir),
+        )
+    report["meta"]["section_seconds"] = took
+    report["meta"]["bench_seconds"] = round(sum(took.values()), 1)
+    report["meta"]["load_average_end"] = _load()
+    report["targets"] = targets(report)
+    return report
+
+
+def reproduce_commands(results_dir: str) -> tuple[list[reproduce.Step], list[str]]:
+    """The Makefile's `reproduce` recipe with this interpreter and another results_dir: the experiments
+    (`runners.reproduce`, run side by side) and then the analysis' command."""
+    analysis = [
+        sys.executable,
+        "-m",
+        "analysis",
+        "--runs",
+        f"{results_dir}/runs",
+        "--out",
+        results_dir,
+        "--quiet",
+    ]
+    return reproduce.steps(results_dir), analysis
+
+
+def time_reproduce(keep: Path | None = None) -> dict[str, Any]:
+    """Wall time of `make reproduce` in total and of each step: an experiment's time runs from the start
+    of all (they run side by side, a guard's time included), the analysis' after them. A step whose
+    guard fails is listed as skipped; a failed step is reported, not raised. The outputs go to a
+    temporary folder, or to `keep` (which must not exist yet: a timing from skipped streams would mean
+    nothing), where they stay."""
+    if keep is not None:
+        keep.mkdir(parents=True)  # FileExistsError: refuse to time a rerun over old streams
+    with (
+        contextlib.nullcontext(str(keep.resolve()))
+        if keep is not None
+        else tempfile.TemporaryDirectory(prefix="tepa-bench-reproduce-")
+    ) as tmp:
+        experiments, analysis = reproduce_commands(tmp)
+        start = time.perf_counter()
+        ran = reproduce.run_side_by_side(experiments, echo=False, cwd=PROJECT_ROOT)
+        steps, skipped = ran["steps_s"], ran["skipped_steps"]
+        if "failed" in ran:
+            return {"steps_s": steps, "failed": ran["failed"]}
+        done = subprocess.run(analysis, cwd=PROJECT_ROOT, capture_output=True, text=True)
+        wall = round(time.perf_counter() - start, 1)
+        steps["analysis"] = round(wall - ran["wall_s"], 1)
+        if done.returncode:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+            return {"steps_s": steps, "failed": f"analysis: exit {done.returncode}: {' / '.join(tail)}"}
+        verification = time_verification(Path(tmp) / "runs")
+    verification["fraction_of_reproduce"] = round(verification["seconds"] / wall, 4) if wall else None
+    return {"steps_s": steps, "skipped_steps": skipped, "wall_s": wall, "verification": verification}
+
+
+def time_verification(runs: Path) -> dict[str, Any]:
+    """Time `analysis.data.integrity.verify` over every complete stream under `runs` (each file read and
+    hashed once, as a rerun or the analysis does); raises if any stream fails."""
+    start = time.perf_counter()
+    streams, size = 0, 0
+    for meta_path in sorted(runs.rglob(META)):
+        meta = read_meta(meta_path.parent)
+        if not meta or meta.get("complete") is not True:
+            continue
+        problem = verify(meta_path.parent, meta)
+        if problem is not None:
+            raise RuntimeError(problem)
+        streams += 1
+        size += sum(f["bytes"] for f in meta["files"].values())
+    return {
+        "streams": streams,
+        "megabytes": round(size / 1e6, 1),
+        "seconds": round(time.perf_counter() - start, 2),
+    }
+
+
+def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each figure the issue sets a target for: its value, the target, and whether it is met (None when
+    the figure was not measured)."""
+    ops = report["memory_ops"]["methods"]
+    fp = report["prompt_footprint"]["methods"]
+    sc = report["scaling"]["methods"]
+    rep = report["reproduce"]
+
+    def row(name: str, value: float | None, op: str, bound: float) -> dict[str, Any]:
+        met = None if value is None else (value <= bound if op == "<=" else value >= bound)
+        return {"figure": name, "value": value, "target": f"{op} {bound:g}", "met": met}
+
+    tokens = {m: v["mean_prompt_tokens"] for m, v in fp.items()}
+    rows = [
+        row("memory ops: TEPA-Rev time / LWW time", ops["tepa_rev"]["time_vs_lww"], "<=", 3),
+        row("memory ops: TEPA-Rev events per CPU second", ops["tepa_rev"]["events_per_s"], ">=", 300_000),
+        row("prompt tokens: TEPA-Rev / LWW", tokens["tepa_rev"] / tokens["lww"], "<=", 1.2),
+        row("prompt tokens: TEPA-Rev / Append-Only", tokens["tepa_rev"] / tokens["append_only"], "<=", 0.1),
+        row("make reproduce: wall seconds", rep.get("wall_s"), "<=", 150),
+        row(
+            "verifying every stream / make reproduce wall time",
+            rep.get("verification", {}).get("fraction_of_reproduce"),
+            "<=",
+            0.05,
+        ),
+    ]
+    for method in ("tepa_rev", "tepa_full", "tepa_norev"):
+        rows.append(
+            row(f"scaling: {method} slope of time per episode", sc[method]["slope_time"], "<=", FLAT_SLOPE)
+        )
+    rows.append(
+        row(
+            "scaling: append_only slope of time per episode",
+            sc["append_only"]["slope_time"],
+            ">=",
+            GROWING_SLOPE,
+        )
+    )
+    return rows
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The report as markdown: targets first, then one table per benchmark."""
+    meta = report["meta"]
+    out = [
+        "## Performance (`make bench`)",
+        "",
+        f"Measured {meta['date']} on {meta['cpus']} CPUs ({meta['platform']}, Python {meta['python']}), "
+        f"load average {meta['load_average_start']} at the start and {meta['load_average_end']} at the end; "
+        f"{meta['repeats']} repetitions, medians. Reproduce with `make bench`, i.e. `{meta['command']}` "
+        "(`--skip-reproduce` leaves out the timing of `make reproduce`); it took "
+        f"{meta['bench_seconds']:g} s ("
+        + ", ".join(f"{k.replace('_', ' ')} {v:g} s" for k, v in meta["section_seconds"].items())
+        + ").",
+        "",
+        "| figure | value | target | met |",
+        "|---|---:|---|---|",
+    ]
+    for t in report["targets"]:
+        met = {True: "yes", False: "**no**", None: "not measured"}[t["met"]]
+        out.append(f"| {t['figure']} | {_num(t['value'])} | {t['target']} | {met} |")
+
+    ops = report["memory_ops"]
+    out += [
+        "",
+        f"**Memory operations** ({ops['observations']:,} observations over {ops['keys']:,} keys, a retrieve "
+        f"and a feedback every second observation: {ops['events']:,} protocol calls; CPU time):",
+        "",
+        "| method | events / CPU s | time vs LWW |",
+        "|---|---:|---:|",
+    ]
+    for name, m in ops["methods"].items():
+        out.append(f"| {name} | {m['events_per_s']:,.0f} | {m['time_vs_lww']:.2f} |")
+
+    fp = report["prompt_footprint"]
+    lww, ao = fp["methods"]["lww"]["mean_prompt_tokens"], fp["methods"]["append_only"]["mean_prompt_tokens"]
+    out += [
+        "",
+        f"**Prompt footprint** (controlled_drift, {fp['episodes']:,} episodes; "
+        "the simulated backend's token estimate):",
+        "",
+        f"| method | mean prompt tokens | last {fp['tail']} episodes | vs LWW | vs Append-Only |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, m in fp["methods"].items():
+        mean = m["mean_prompt_tokens"]
+        out.append(
+            f"| {name} | {mean:,.1f} | {m['final_prompt_tokens']:,.1f} | {mean / lww:.2f} | {mean / ao:.3f} |"
+        )
+
+    out += [
+        "",
+        "**End to end** (the runner on the simulated backend, one seed, logs included; episodes/s):",
+        "",
+    ]
+    e2e = report["end_to_end"]
+    methods = sorted({m for env in e2e.values() for m in env.get("methods", {})}, key=_method_order)
+    out += [
+        "| environment | all methods | " + " | ".join(methods) + " |",
+        "|---|" + "---:|" * (len(methods) + 1),
+    ]
+    for env, r in e2e.items():
+        if "skipped" in r:
+            out.append(f"| {env} | skipped: {r['skipped']} |" + " |" * len(methods))
+            continue
+        cells = [f"{r['methods'][m]['episodes_per_s']:,.0f}" if m in r["methods"] else "" for m in methods]
+        out.append(f"| {env} | {r['episodes_per_s']:,.0f} | " + " | ".join(cells) + " |")
+    rep = report["reproduce"]
+    if "skipped" in rep:
+        out += ["", f"`make reproduce`: not timed ({rep['skipped']})."]
+    else:
+        times = dict(rep["steps_s"])
+        analysis = times.pop("analysis", None)
+        steps = "side by side: " + ", ".join(f"{k} ended after {v:g} s" for k, v in times.items())
+        steps += f"; then the analysis {analysis:g} s" if analysis is not None else ""
+        total = f"{rep['wall_s']:g} s" if "wall_s" in rep else f"failed ({rep['failed']})"
+        skipped = "".join(
+            f"; {name} skipped (its data check failed)" for name in rep.get("skipped_steps", ())
+        )
+        out += ["", f"`make reproduce` wall time: {total} ({steps}{skipped})."]
+        v = rep.get("verification", {})
+        if v.get("fraction_of_reproduce") is not None:
+            out += [
+                "",
+                f"Verifying the checksums of all {v['streams']} streams it wrote ({v['megabytes']:g} MB; "
+                "what a rerun does before skipping them and the analysis before reading them): "
+                f"{v['seconds']:g} s, {100 * v['fraction_of_reproduce']:.1f}% of its wall time.",
+            ]
+
+    sc = report["scaling"]
+    sizes = sc["sizes"]
+    out += [
+        "",
+        "**Scaling** (controlled_drift; cost of one episode after a stream of "
+        f"{', '.join(f'{s:,}' for s in sizes)} episodes, over {sc['window']} episodes; "
+        "slope of log cost on log stream length: 0 flat, 1 linear):",
+        "",
+        "| method | "
+        + " | ".join(f"us/episode @{s:,}" for s in sizes)
+        + " | slope | "
+        + " | ".join(f"tokens @{s:,}" for s in sizes)
+        + " | slope |",
+        "|---|" + "---:|" * (2 * len(sizes) + 2),
+    ]
+    for name, m in sc["methods"].items():
+        us = " | ".join(f"{x:,.0f}" for x in m["us_per_episode"])
+        tok = " | ".join(f"{x:,.0f}" for x in m["prompt_tokens"])
+        out.append(f"| {name} | {us} | {m['slope_time']:.2f} | {tok} | {m['slope_tokens']:.2f} |")
+    return "\n".join(out) + "\n"
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def _method_order(name: str) -> int:
+    order = bench_agent.PAPER_MEMORIES
+    return order.index(name) if name in order else len(order)
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def _meta(args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        commit = (
+            subprocess.run(
+                ["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+            or None
+        )
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+        "cpus": os.cpu_count(),
+        "git_commit": commit,
+        "repeats": args.repeats,
+        "command": f"python -m runners.bench --out {args.out}",
+        "load_average_start": _load(),
+    }

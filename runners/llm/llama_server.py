@@ -1,0 +1,248 @@
+"""A small OpenAI-compatible completions server over `llama_cpp.Llama`, for base models scored by the
+log-likelihood of option texts (`llm.scoring=loglik`).
+
+Why not llama-cpp-python's own server: it cannot keep Gemma 3's sliding-window cache whole (`swa_full`),
+without which a cached prompt prefix cannot be reused, and for an echoed prompt's log-probabilities it
+needs the logits of every prompt token (with Gemma's 262k-token vocabulary the output layer then costs
+twice the rest of the model) and sorts the whole vocabulary in Python for each of them.
+
+Here `echo` with `logprobs` scores the prompt's *last line* (after its last newline: the answer being
+scored, as `runners.agent.prompt.completion_prompt` ends with "Answer: <option>"); earlier prompt tokens get
+null, as the first token always does in OpenAI's API. Only that line's logits are computed, and the
+options of one decision share everything before it, so reading the prompt is paid once per decision:
+the evaluated tokens stay in the cache and the next prompt evaluates only what differs.
+
+Endpoints: `GET /v1/models`, `POST /v1/completions` (a string `prompt`; with `echo` and `logprobs`:
+`tokens`, `text_offset`, `token_logprobs`, `top_logprobs` and, when `max_tokens` is 1, one greedy token;
+otherwise `llama_cpp.Llama.create_completion` answers). There is no chat endpoint: a base model has no
+chat template. One request is served at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MAX_TOP_LOGPROBS = 5
+
+
+class BadRequest(ValueError):
+    """A request this server cannot answer (HTTP 400)."""
+
+
+class LoglikModel:
+    """A llama.cpp model that scores the last line of a prompt, reusing the evaluated prefix."""
+
+    def __init__(self, model: Path, alias: str, n_ctx: int, n_threads: int, swa_full: bool) -> None:
+        from llama_cpp import Llama  # the local-llm extra
+
+        self.alias = alias
+        self.llm = Llama(
+            model_path=str(model),
+            n_ctx=n_ctx,
+            n_threads=n_threads,
+            n_threads_batch=n_threads,
+            swa_full=swa_full,
+            verbose=False,
+        )
+        self._tokens: list[int] = []  # the tokens in the context's cache, in order
+
+    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str) or not prompt:
+            raise BadRequest("prompt: must be a non-empty string (one prompt per request)")
+        max_tokens = body.get("max_tokens", 16)
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+            raise BadRequest("max_tokens: must be an integer >= 0")
+        logprobs = body.get("logprobs")
+        if body.get("echo") and logprobs is not None:
+            if isinstance(logprobs, bool) or not isinstance(logprobs, int) or logprobs < 0:
+                raise BadRequest("logprobs: must be an integer >= 0")
+            if max_tokens > 1:
+                raise BadRequest("echo with logprobs: max_tokens must be 0 or 1 (one greedy token)")
+            return self._echo(prompt, min(logprobs, MAX_TOP_LOGPROBS), max_tokens)
+        self._tokens = []  # create_completion manages the cache its own way
+        keys = ("max_tokens", "temperature", "top_p", "seed", "stop")
+        return self.llm.create_completion(prompt, **{k: body[k] for k in keys if k in body})
+
+    def _echo(self, prompt: str, top: int, max_tokens: int) -> dict[str, Any]:
+        llm = self.llm
+        tokens = llm.tokenize(prompt.encode(), add_bos=True, special=False)
+        bos = 1 if tokens and tokens[0] == llm.token_bos() else 0
+        pieces = [llm.detokenize([t]) for t in tokens]
+        text = b"".join(pieces[bos:]).decode(errors="replace")
+        if text != prompt:
+            raise BadRequest("prompt: the tokenizer does not reproduce it exactly, so it cannot be echoed")
+        if len(tokens) + max_tokens > llm.n_ctx():
+            raise BadRequest(f"prompt: {len(tokens)} tokens do not fit the context ({llm.n_ctx()})")
+        encoded = text.encode()
+        ends, at = [], 0  # character offset where each shown token ends
+        for piece in pieces[bos:]:
+            at += len(piece)
+            ends.append(len(encoded[:at].decode(errors="ignore")))
+        offsets = [0, *ends[:-1]]
+        line = prompt.rfind("\n") + 1  # the last line starts here
+        first = bos + next((i for i, end in enumerate(ends) if end > line), len(ends) - 1)
+        first = max(first, 1)  # the first token is never scored
+        start = first - 1  # logits from here on: row j predicts token start + j + 1
+        if len(tokens) - start > llm.n_batch:
+            raise BadRequest(f"prompt: its last line is longer than {llm.n_batch} tokens")
+        keep = 0
+        for a, b in zip(self._tokens[:start], tokens[:start], strict=False):
+            if a != b:
+                break
+            keep += 1
+        llm.n_tokens = keep
+        if keep < start:
+            llm.eval(tokens[keep:start])  # no logits needed for the prefix
+        rows = self._decode_with_logits(tokens[start:], start)
+        norm = _logsumexp(rows)
+        scored = {
+            i: float(rows[i - 1 - start, tokens[i]] - norm[i - 1 - start]) for i in range(first, len(tokens))
+        }
+        shown = range(bos, len(tokens))
+        token_texts = [pieces[i].decode(errors="replace") for i in shown]
+        token_logprobs: list[float | None] = [scored.get(i) for i in shown]
+        top_logprobs = [None if i not in scored else self._top(rows[i - 1 - start], norm[i - 1 - start],
+                                                               token_texts[i - bos], scored[i], top)
+                        for i in shown]  # fmt: skip
+        if token_logprobs:
+            token_logprobs[0] = top_logprobs[0] = None  # as OpenAI: nothing predicts the first token
+        generated = []
+        if max_tokens:
+            best = int(np.argmax(rows[-1]))
+            piece = llm.detokenize([best], prev_tokens=tokens).decode(errors="replace")
+            lp = float(rows[-1, best] - norm[-1])
+            generated = [best]
+            offsets.append(len(text))
+            token_texts.append(piece)
+            token_logprobs.append(lp)
+            top_logprobs.append({piece: lp})
+            text += piece
+        return {
+            "id": "cmpl-local",
+            "object": "text_completion",
+            "model": self.alias,
+            "choices": [
+                {
+                    "index": 0,
+                    "text": text,
+                    "logprobs": {
+                        "tokens": token_texts,
+                        "text_offset": offsets,
+                        "token_logprobs": token_logprobs,
+                        "top_logprobs": top_logprobs,
+                    },
+                    "finish_reason": "length",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": len(tokens),
+                "completion_tokens": len(generated),
+                "total_tokens": len(tokens) + len(generated),
+            },
+        }
+
+    def _decode_with_logits(self, tail: list[int], n_past: int) -> np.ndarray:
+        """Evaluate `tail` after the first `n_past` cached tokens, with the logits of every one of them
+        (llama-cpp-python's `eval` keeps them only when the whole context keeps all logits)."""
+        llm = self.llm
+        llm._ctx.kv_cache_seq_rm(-1, n_past, -1)
+        llm._batch.set_batch(batch=tail, n_past=n_past, logits_all=True)
+        llm._ctx.decode(llm._batch)
+        rows = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(len(tail) * llm.n_vocab(),))
+        llm.input_ids[n_past : n_past + len(tail)] = tail
+        llm.n_tokens = n_past + len(tail)
+        self._tokens = [*llm.input_ids[: llm.n_tokens].tolist()]
+        return rows.reshape(len(tail), llm.n_vocab()).copy()
+
+    def _top(self, row: np.ndarray, norm: float, token: str, logprob: float, k: int) -> dict[str, float]:
+        """The token itself and the k likeliest tokens at its position, with log-probabilities."""
+        best = np.argpartition(row, -k)[-k:] if k else []
+        piece = self.llm.detokenize
+        return {
+            **{piece([int(t)]).decode(errors="replace"): float(row[t] - norm) for t in best},
+            token: logprob,
+        }
+
+
+def _logsumexp(rows: np.ndarray) -> np.ndarray:
+    peak = rows.max(axis=1, keepdims=True)
+    return (peak + np.log(np.exp(rows - peak).sum(axis=1, keepdims=True)))[:, 0].astype(np.float64)
+
+
+def serve(model: LoglikModel, port: int) -> ThreadingHTTPServer:
+    """An HTTP server for `model` on 127.0.0.1:port (call `serve_forever`); requests run one at a time."""
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def _send(self, status: int, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _error(self, status: int, message: str) -> None:
+            self._send(status, {"error": {"message": message, "type": "invalid_request_error"}})
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") == "/v1/models":
+                self._send(200, {"object": "list", "data": [{"id": model.alias, "object": "model"}]})
+            else:
+                self._error(404, f"no endpoint {self.path}")
+
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.path.rstrip("/") != "/v1/completions":
+                self._error(404, f"no endpoint {self.path} (this server offers /v1/completions only)")
+                return
+            try:
+                body = json.loads(raw)
+                if not isinstance(body, dict):
+                    raise BadRequest("the body must be a JSON object")
+                with lock:
+                    answer = model.complete(body)
+            except (BadRequest, ValueError) as exc:
+                self._error(400, str(exc))
+                return
+            self._send(200, answer)
+
+    return ThreadingHTTPServer(("127.0.0.1", port), Handler)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m runners.llm.llama_server", description=__doc__.split(".")[0]
+    )
+    parser.add_argument("--model", type=Path, required=True, help="the GGUF file")
+    parser.add_argument("--alias", required=True, help="the model name clients send")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--n-ctx", type=int, default=4096)
+    parser.add_argument("--n-threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    # swa_full: a sliding-window cache kept whole, so that a cached prefix can be reused (Gemma 3).
+    model = LoglikModel(args.model, args.alias, args.n_ctx, args.n_threads, swa_full=True)
+    server = serve(model, args.port)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+if __name__ == "__main__":
+    main()

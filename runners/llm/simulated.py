@@ -1,0 +1,163 @@
+"""The offline simulated LLM: a deterministic stand-in *reader* of the rendered prompt.
+
+It models how an LLM reads memory, not a real one; its numbers say what the memory methods would do
+for a reader that behaves like this. It sees exactly the text a real model gets (the messages) and its
+seed, never hidden state. The behaviour model, for a multiple-choice prompt with options o:
+
+1. With probability `lapse` it answers a uniformly random option (attention slips).
+2. Otherwise each option gets a score from the memory lines that name it (by the quoted value):
+   a line with support s and conflicts f (raw observations: s=1 for VALID, f=1 for FAILED) adds
+   `recency * (w_support * log1p(s) - w_failure * log1p(f))`, where
+   `recency = 0.5 ** ((step - line_step) / half_life)`: counts saturate (a line saying "support 50"
+   is not fifty times as convincing) and old lines fade but never vanish.
+   An in-session statement (the hint line) naming an option adds `w_hint`.
+3. It answers the best-scoring option; ties (e.g. no evidence at all) are broken by a uniformly random
+   prior guess among the tied options.
+
+For free-form questions (no options) the values named by memory lines play the options' part: with
+probability `lapse` a uniformly random one, otherwise the best-scoring one (ties at random); "unknown"
+without evidence.
+
+Randomness comes from a splitmix64 generator seeded by blake2b(seed, prompt text), so the reply is a
+function of the prompt and the seed alone. The parameters are global: calibrated once for all methods and
+settings (`python -m runners.llm.calibrate`, see conf/llm/simulated.yaml), never per method.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import ClassVar
+
+from runners.agent.prompt import EVIDENCE_LINE, HINT_PREFIX, LABELS, OPTION_LINE, STEP_LINE, estimate_tokens
+from runners.llm.backend import Reply, Request
+
+
+@dataclass
+class SimulatedBackend:
+    lapse: float = 0.05
+    w_support: float = 1.0
+    w_failure: float = 1.0
+    w_hint: float = 3.0
+    half_life: float = 1000.0
+    name: str = "simulated"
+    operational: ClassVar[frozenset[str]] = frozenset()  # no calls, nothing to tune
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.lapse <= 1.0:
+            raise ValueError(f"lapse={self.lapse}: must be in [0, 1]")
+        for field in ("w_support", "w_failure", "w_hint"):
+            if getattr(self, field) < 0:
+                raise ValueError(f"{field}={getattr(self, field)}: must be >= 0")
+        if self.half_life <= 0:
+            raise ValueError(f"half_life={self.half_life}: must be > 0")
+        self._calls = 0
+        self._lines: dict[str, tuple[str, int, float] | None] = {}
+
+    async def complete(self, request: Request) -> Reply:
+        return self.answer(request)
+
+    def answer(self, request: Request) -> Reply:
+        """The synchronous core of `complete` (the simulated reader never waits)."""
+        self._calls += 1
+        prompt = request.messages[-1]["content"]
+        rng = _SplitMix(hashlib.blake2b(f"{request.seed}\x00{prompt}".encode(), digest_size=8).digest())
+        tail = prompt.rfind("\nOptions:\n")  # options come last; do not scan the memory lines for them
+        options = [m.group("text") for m in OPTION_LINE.finditer(prompt, tail)] if tail >= 0 else []
+        scores = self._scores(prompt)
+        if options:
+            text = "Answer: " + LABELS[self._choose(options, scores, prompt, rng)]
+        else:
+            text = "Answer: " + self._free_answer(scores, rng)
+        return Reply(text=text, prompt_tokens=estimate_tokens(request.messages), completion_tokens=3)
+
+    def _scores(self, prompt: str) -> dict[str, float]:
+        step_m = STEP_LINE.search(prompt)
+        now = int(step_m.group("t")) if step_m else 0
+        decay = math.log(2.0) / self.half_life
+        scores: dict[str, float] = {}
+        cache = self._lines
+        if len(cache) > _LINE_CACHE:
+            cache.clear()
+        # The hot loop of long prompts (append-only memories: thousands of lines per decision), with its
+        # lookups bound to locals. `exp(...) * weight` is `rec * weight`, and a line at or after `now`
+        # adds its weight (1.0 * weight is weight): the same floats, summed in the same order.
+        known, get, exp = cache.get, scores.get, math.exp
+        for line in _ANY_EVIDENCE_LINE.findall(prompt):
+            info = known(line, _UNREAD)
+            if info is _UNREAD:
+                info = cache[line] = self._read_line(line)
+            if info is None:
+                continue
+            value, t, weight = info
+            scores[value] = get(value, 0.0) + (exp((t - now) * decay) * weight if t < now else weight)
+        return scores
+
+    def _read_line(self, line: str) -> tuple[str, int, float] | None:
+        """(value, step, weight before recency) of one memory line; None if it is not one.
+        Cached per line: long prompts repeat the same lines episode after episode."""
+        m = EVIDENCE_LINE.match(line)
+        if m is None:
+            return None
+        raw = m.group("value")
+        value = json.loads(raw) if "\\" in raw else raw[1:-1]
+        if m.group("s") is not None:
+            s, f = int(m.group("s")), int(m.group("f"))
+        else:
+            s, f = (1, 0) if m.group("verdict") == "VALID" else (0, 1)
+        return value, int(m.group("t")), self.w_support * math.log1p(s) - self.w_failure * math.log1p(f)
+
+    def _free_answer(self, scores: dict[str, float], rng: _SplitMix) -> str:
+        if not scores:
+            return "unknown"
+        values = sorted(scores)
+        if rng.random() < self.lapse:
+            return values[rng.randrange(len(values))]
+        best = max(scores.values())
+        tied = [v for v in values if scores[v] >= best - 1e-12]
+        return tied[rng.randrange(len(tied))]
+
+    def _choose(self, options: list[str], scores: dict[str, float], prompt: str, rng: _SplitMix) -> int:
+        if rng.random() < self.lapse:
+            return rng.randrange(len(options))
+        at = prompt.find(_HINT_LINE)
+        hint = prompt[at + 1 : prompt.find("\n", at + 1)] if at >= 0 else ""
+        totals = [scores.get(o, 0.0) + (self.w_hint if o and f'"{o}"' in hint else 0.0) for o in options]
+        best = max(totals)
+        tied = [i for i, v in enumerate(totals) if v >= best - 1e-12]
+        return tied[rng.randrange(len(tied))]
+
+    def stats(self) -> dict:
+        return {"calls": self._calls}
+
+
+_ANY_EVIDENCE_LINE = re.compile(r"^- \[step .*$", re.MULTILINE)
+_HINT_LINE = "\n" + HINT_PREFIX
+_LINE_CACHE = 200_000
+_UNREAD = ("", 0, 0.0)  # a line not read yet (`_read_line` caches None for a line that is not evidence)
+
+
+class _SplitMix:
+    """A tiny, fast deterministic generator (splitmix64): seeding `random.Random` costs more than the
+    whole decision."""
+
+    _MASK = (1 << 64) - 1
+
+    def __init__(self, seed: bytes) -> None:
+        self._state = int.from_bytes(seed, "little")
+
+    def _next(self) -> int:
+        self._state = (self._state + 0x9E3779B97F4A7C15) & self._MASK
+        z = self._state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & self._MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & self._MASK
+        return z ^ (z >> 31)
+
+    def random(self) -> float:
+        return (self._next() >> 11) / float(1 << 53)
+
+    def randrange(self, n: int) -> int:
+        return self._next() % n

@@ -1,0 +1,76 @@
+"""Fixtures shared by the test modules (pytest finds them here; helpers are in tests/helpers/).
+
+- `compose("memory=lww", ...)`: the validated RunSpec those overrides compose to (`runners.compose`).
+- `tiny_run("experiment=paper_controlled", "memory=lww", ...)`: runs that config tiny (`max_episodes`,
+  one seed) through the runner into `tmp_path`, returning the results folder.
+- `stub_server`: a scripted loopback OpenAI-compatible endpoint; `llm_server` / `gemma_server`: real
+  local models (the `llm` tests; skipped without the local-llm extra).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from runners.compose import compose_spec
+from runners.config import RunSpec
+from runners.llm.local_llm import LocalLLMUnavailable, local_llm_server, require_local_llm
+from tests.helpers.runner import run_overrides
+from tests.helpers.stub_server import StubServer
+
+TINY_EPISODES = 8  # episodes per stream in a tiny run: every environment reaches a decision by then
+
+
+@pytest.fixture
+def compose() -> Callable[..., RunSpec]:
+    """`compose(*overrides)`: the validated RunSpec of `python -m runners.run OVERRIDES`."""
+
+    def spec(*overrides: str) -> RunSpec:
+        return compose_spec(overrides)
+
+    return spec
+
+
+@pytest.fixture
+def tiny_run(tmp_path: Path) -> Callable[..., Path]:
+    """`tiny_run(*overrides, episodes=TINY_EPISODES)`: run the config of `overrides` with seed 0 only and
+    every stream stopped after `episodes` episodes, into `tmp_path / "results"`; returns that folder."""
+
+    def run(*overrides: str, episodes: int = TINY_EPISODES) -> Path:
+        results = tmp_path / "results"
+        run_overrides(
+            *overrides, f"results_dir={results}", f"max_episodes={episodes}", "seeds=[0]", "progress=false"
+        )
+        return results
+
+    return run
+
+
+@pytest.fixture
+def stub_server() -> Iterator[StubServer]:
+    server = StubServer().start()
+    yield server
+    server.stop()
+
+
+def _serve(model: str, n_ctx: int) -> Iterator[str]:
+    try:
+        require_local_llm(model)
+    except LocalLLMUnavailable as exc:
+        pytest.skip(f"local-llm extra not installed ({exc})")
+    with local_llm_server(n_ctx=n_ctx, model=model) as base_url:
+        yield base_url
+
+
+@pytest.fixture(scope="session")
+def llm_server() -> Iterator[str]:
+    """The base_url of a real SmolLM2 llama.cpp server, started once per test session."""
+    yield from _serve("smollm2", 4096)
+
+
+@pytest.fixture(scope="session")
+def gemma_server() -> Iterator[str]:
+    """The base_url of a real Gemma 3 270M server (runners.llm.llama_server), started once per session."""
+    yield from _serve("gemma3", 2048)
