@@ -10,41 +10,42 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from analysis.data.load import LABELS, RunLogs, in_sweep
 from analysis.stats import Estimate, bootstrap_cis, holm, mean_cis, paired_comparisons, two_level_mean_cis
 
+#: The memory config group: each entry's optional `display: {name, rank}` names a method in tables and
+#: figures and places it (read here directly: the analysis does not import the harness).
+MEMORY_CONF = Path(__file__).resolve().parents[1] / "conf" / "memory"
 NO_MEMORY = "no_memory"
 ORACLE_RESET = "oracle_reset"
 TEPA_REV = "tepa_rev"
 TEPA_FULL = "tepa_full"
-METHOD_ORDER = (
-    NO_MEMORY,
-    "append_only",
-    "lww",
-    "sliding_window",
-    "reactive",
-    ORACLE_RESET,
-    TEPA_REV,
-    TEPA_FULL,
-    "tepa_norev",
-    "tepa_rev_literal",
-)
-METHOD_LABELS = {
-    NO_MEMORY: "No Memory",
-    "append_only": "Append-Only",
-    "lww": "LWW",
-    "sliding_window": "Sliding Window",
-    "reactive": "Reactive",
-    ORACLE_RESET: "Oracle Reset",
-    TEPA_REV: "TEPA-Rev",
-    TEPA_FULL: "TEPA-Full",
-    "tepa_norev": "TEPA-NoRev",
-    "tepa_rev_literal": "TEPA-Rev (literal rules)",
-}
+
+
+def read_methods(conf: Path = MEMORY_CONF) -> dict[str, str]:
+    """Results label -> display name of every entry of `conf` with a `display` key, in rank order (the
+    label is the entry's `label`, else its file name)."""
+    ranked = []
+    for path in sorted(conf.glob("*.yaml")):
+        entry = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        display = entry.get("display")
+        if display is None:
+            continue
+        if not (isinstance(display, dict) and isinstance(display.get("name"), str)
+                and isinstance(display.get("rank"), int | float)):  # fmt: skip
+            raise ValueError(f"{path}: display must be {{name: <text>, rank: <number>}}, got {display!r}")
+        ranked.append((display["rank"], entry.get("label") or path.stem, display["name"]))
+    return {label: name for _, label, name in sorted(ranked)}
+
+
+METHOD_LABELS = read_methods()
+METHOD_ORDER = tuple(METHOD_LABELS)
 EXPERIMENT_ORDER = ("paper_controlled", "paper_executable", "paper_preference", "paper_memoryagentbench")
 #: Pseudo-phase for the whole stream.
 OVERALL = "overall"

@@ -1,17 +1,20 @@
-"""Baseline memory methods; each follows `tepa.protocol.Memory` and ranks through `tepa.retrieval.rank`."""
+"""Baseline memory methods; each follows `tepa.protocol.Memory` and ranks through `tepa.retrieval.rank`.
 
-from baselines.append_only import AppendOnly
-from baselines.lww import LastWriteWins
-from baselines.no_memory import NoMemory
-from baselines.oracle_reset import OracleReset
-from baselines.reactive import ReactiveForgetting
-from baselines.sliding_window import SlidingWindow
+The classes are imported on first use, so that building one baseline does not import the others.
+"""
 
-__all__ = [
-    "AppendOnly",
-    "LastWriteWins",
-    "NoMemory",
-    "OracleReset",
-    "ReactiveForgetting",
-    "SlidingWindow",
-]
+from __future__ import annotations
+
+from tepa.lazy import lazy_exports
+
+_EXPORTS = {
+    "AppendOnly": "baselines.append_only",
+    "LastWriteWins": "baselines.lww",
+    "NoMemory": "baselines.no_memory",
+    "OracleReset": "baselines.oracle_reset",
+    "ReactiveForgetting": "baselines.reactive",
+    "SlidingWindow": "baselines.sliding_window",
+}
+__all__ = sorted(_EXPORTS)
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

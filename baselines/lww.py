@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from tepa.evidence import Evidence, Observation, Query, check_observation
-from tepa.lifecycle import check_int
 from tepa.retrieval import DEFAULT_TOP_K, rank
+from tepa.validation import check_int
 
 
 class LastWriteWins:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tepa.evidence import Evidence, Observation, Query, check_observation
-from tepa.lifecycle import check_int
 from tepa.retrieval import DEFAULT_TOP_K
+from tepa.validation import check_int
 
 
 class NoMemory:

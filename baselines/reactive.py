@@ -6,8 +6,8 @@ from collections.abc import Hashable
 
 from baselines.append_only import AppendOnly
 from tepa.evidence import Evidence
-from tepa.lifecycle import check_int
 from tepa.retrieval import DEFAULT_TOP_K
+from tepa.validation import check_int
 
 
 class ReactiveForgetting(AppendOnly):

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from envs.base import TRIAL_KINDS, EnvironmentBase, Outcome, Task
-from envs.checks import fraction, int_in
 from tepa.evidence import Observation
+from tepa.validation import check_fraction, check_int
 
 ACTION_NAMES = (
     "rotate-left", "rotate-right", "flip", "compress", "archive", "retry", "restart", "rollback",
@@ -83,12 +83,12 @@ class ControlledDrift(EnvironmentBase):
         actions: Sequence[str] | None = None,
     ) -> None:
         vocabulary = ACTION_NAMES if actions is None else _action_names(actions)
-        self.n_keys = int_in("n_keys", n_keys, 1)
-        self.n_actions = int_in("n_actions", n_actions, 2)
+        self.n_keys = check_int("n_keys", n_keys, 1)
+        self.n_actions = check_int("n_actions", n_actions, 2)
         if self.n_actions > len(vocabulary):
             raise ValueError(f"n_actions must be at most the {len(vocabulary)} action names, got {n_actions}")
-        self.phase_length = int_in("phase_length", phase_length, 1)
-        self.partial_fraction = fraction("partial_fraction", partial_fraction)
+        self.phase_length = check_int("phase_length", phase_length, 1)
+        self.partial_fraction = check_fraction("partial_fraction", partial_fraction)
         self.phases = _parse_phases(DEFAULT_PHASES if phases is None else phases, self.phase_length)
         self._actions = tuple(vocabulary[: self.n_actions])
         self._action_set = frozenset(self._actions)
@@ -113,7 +113,7 @@ class ControlledDrift(EnvironmentBase):
         return [(start, phase.name) for start, phase in zip(self._starts[1:], self.phases[1:], strict=True)]
 
     def reset(self, seed: int) -> None:
-        self._seed = int_in("seed", seed, 0)
+        self._seed = check_int("seed", seed, 0)
         self._regimes = self._draw_regimes(random.Random(f"{self.name}/{self._seed}/regimes"))
         self._trial_rng = random.Random(f"{self.name}/{self._seed}/trials")
         self._now = 0
@@ -231,9 +231,8 @@ def _parse_phases(phases: Sequence[Any], phase_length: int) -> tuple[DriftPhase,
             raise ValueError(
                 f"phases: change of {phase.name!r} must be one of {CHANGES}, got {phase.change!r}"
             )
-        length = (
-            phase_length if phase.length is None else int_in(f"phases[{phase.name}].length", phase.length, 1)
-        )
+        key = f"phases[{phase.name}].length"
+        length = phase_length if phase.length is None else check_int(key, phase.length, 1)
         parsed.append(DriftPhase(phase.name, phase.change, length))
     if parsed[0].change != "none":
         raise ValueError(

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from envs.base import TRIAL_KINDS, EnvironmentBase, Outcome, Task
-from envs.checks import int_in, rate
 from tepa.evidence import Observation
+from tepa.validation import check_int, check_unit
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,16 +85,16 @@ class PreferenceStream(EnvironmentBase):
         hint_rate: float = 0.875,
         reveal_rate: float = 1.0,
     ) -> None:
-        self.n_users = int_in("n_users", n_users, 1)
-        self.n_slots = int_in("n_slots", n_slots, 1, len(SLOTS))
-        self.stable_length = int_in("stable_length", stable_length, 0)
-        self.drift_length = int_in("drift_length", drift_length, 0)
+        self.n_users = check_int("n_users", n_users, 1)
+        self.n_slots = check_int("n_slots", n_slots, 1, len(SLOTS))
+        self.stable_length = check_int("stable_length", stable_length, 0)
+        self.drift_length = check_int("drift_length", drift_length, 0)
         if self.stable_length + self.drift_length == 0:
             raise ValueError("stable_length + drift_length must be >= 1 (the stream has no sessions)")
-        self.drift_rate = rate("drift_rate", drift_rate)
-        self.glitch_rate = rate("glitch_rate", glitch_rate)
-        self.hint_rate = rate("hint_rate", hint_rate)
-        self.reveal_rate = rate("reveal_rate", reveal_rate)
+        self.drift_rate = check_unit("drift_rate", drift_rate)
+        self.glitch_rate = check_unit("glitch_rate", glitch_rate)
+        self.hint_rate = check_unit("hint_rate", hint_rate)
+        self.reveal_rate = check_unit("reveal_rate", reveal_rate)
         self.slots = SLOTS[: self.n_slots]
         self._slot_index = {slot.name: i for i, slot in enumerate(self.slots)}
         self._values = tuple(frozenset(slot.values) for slot in self.slots)
@@ -117,7 +117,7 @@ class PreferenceStream(EnvironmentBase):
         return [(self.stable_length, "drift")] if self.stable_length and self.drift_length else []
 
     def reset(self, seed: int) -> None:
-        self._seed = int_in("seed", seed, 0)
+        self._seed = check_int("seed", seed, 0)
         self._draw_preferences(random.Random(f"{self.name}/{self._seed}/preferences"))
         self._trial_rng = random.Random(f"{self.name}/{self._seed}/trials")
         self._now = 0

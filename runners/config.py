@@ -5,10 +5,10 @@ entry of conf/config.yaml's defaults), so Hydra rejects a wrong top-level type o
 composing. The three component nodes (`env`, `memory`, `llm`) are plain `_target_` nodes so that a
 user's own class can replace a project class from the command line; they are checked when a run starts:
 
-- a memory method of the project is checked against its dataclass schema (types, then ranges; the
-  schemas live in the ConfigStore group `schema/memory` so users can read and extend them);
-- any other class (environments, backends, a user's memory) against its constructor's signature:
-  unknown and missing parameters, and the types its annotations name.
+- every class (a memory method, an environment, a backend, a user's own) against its constructor's
+  signature: unknown and missing parameters, and the types its annotations name;
+- the memory is then built once: its class checks its own ranges (through `tepa.validation`), so a bad
+  value stops the run before any episode, with the class's message prefixed by the group.
 
 Before any of that, each `_target_` is imported and must be a class that implements its group's
 protocol (`runners.registry.require_class`): a function or another kind of class named there is never
@@ -22,7 +22,6 @@ Every problem is a `ConfigError` whose message names the key, e.g. "memory.theta
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import math
 import re
@@ -35,17 +34,16 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from hydra.errors import CompactHydraException
 from omegaconf import MISSING, DictConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+from omegaconf.errors import OmegaConfBaseException
 
 from analysis.data.validate import unwritable
 from envs.base import Environment
 from runners.llm.backend import Backend
-from runners.registry import protocol_members, require_class
-from tepa.lifecycle import check_rules
+from runners.registry import HARNESS_KEYS, import_target, protocol_members, require_class
 from tepa.protocol import Memory
 
 # Keys of a component node that configure the harness, not the class: never passed to the constructor.
-RESERVED = frozenset({"_target_", "label"})
+RESERVED = frozenset({"_target_", *HARNESS_KEYS})
 # Parameter names that would hold a secret. Keys live in environment variables (llm.api_key_env).
 _SECRET = re.compile(r"(^|_)(api_?key|token|secret|password)$")
 # Values that look like a credential: provider key formats, a bearer token, a URL with a user part.
@@ -88,187 +86,11 @@ class RunConfig:
     max_episodes: Optional[int] = None  # noqa: UP045
 
 
-# ---------------------------------------------------------------------------------------------------
-# Memory schemas (one per project method; defaults mirror the classes' own)
-# ---------------------------------------------------------------------------------------------------
-
-
-def _unit(key: str, value: float) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{key}={value}: must be in [0, 1]")
-
-
-def _at_least(key: str, value: float, low: float) -> None:
-    if value < low:
-        raise ValueError(f"{key}={value}: must be >= {low}")
-
-
-def _positive(key: str, value: float) -> None:
-    if value <= 0:
-        raise ValueError(f"{key}={value}: must be > 0")
-
-
-@dataclass
-class MemoryConfig:
-    """What every project memory method takes: `top_k` for text retrieval (the shared ranking)."""
-
-    _target_: str = MISSING
-    label: Optional[str] = None  # noqa: UP045
-    top_k: int = 8
-
-    def check(self) -> None:
-        _at_least("top_k", self.top_k, 1)
-
-
-@dataclass
-class NoMemoryConfig(MemoryConfig):
-    _target_: str = "baselines.no_memory.NoMemory"
-
-
-@dataclass
-class AppendOnlyConfig(MemoryConfig):
-    _target_: str = "baselines.append_only.AppendOnly"
-
-
-@dataclass
-class LastWriteWinsConfig(MemoryConfig):
-    _target_: str = "baselines.lww.LastWriteWins"
-
-
-@dataclass
-class OracleResetConfig(MemoryConfig):
-    _target_: str = "baselines.oracle_reset.OracleReset"
-
-
-@dataclass
-class SlidingWindowConfig(MemoryConfig):
-    """Keep the last `n` observations, or (when `steps` is set) those of the last `steps` steps."""
-
-    _target_: str = "baselines.sliding_window.SlidingWindow"
-    n: int = 50
-    steps: Optional[int] = None  # noqa: UP045
-
-    def check(self) -> None:
-        super().check()
-        _at_least("n", self.n, 0)
-        if self.steps is not None:
-            _at_least("steps", self.steps, 0)
-
-
-@dataclass
-class ReactiveConfig(MemoryConfig):
-    """Clear a key's memory after `c` consecutive failures."""
-
-    _target_: str = "baselines.reactive.ReactiveForgetting"
-    c: int = 2
-
-    def check(self) -> None:
-        super().check()
-        _at_least("c", self.c, 1)
-
-
-@dataclass
-class TEPARevConfig(MemoryConfig):
-    """The precedent lifecycle's thresholds and rule switches. Posterior mean m = (a0 + s) /
-    (a0 + b0 + s + f); revoke when s + f >= n_min and m < theta_rev, or when at least m_rec of the
-    last W uses are in and succeed less than theta_rec of the time; promote when m > theta_pro. The
-    switches (counts, own_failure_new_epoch, revoked_counts_conflicts, clear_recent_on_revoke,
-    stale_feedback) are documented in tepa.lifecycle."""
-
-    _target_: str = "tepa.tepa_rev.TEPARev"
-    a0: float = 1.0
-    b0: float = 1.0
-    n_min: int = 3
-    theta_rev: float = 0.4
-    theta_pro: float = 0.6
-    theta_rec: float = 0.5
-    W: int = 5
-    m_rec: int = 3
-    counts: str = "epoch"
-    own_failure_new_epoch: bool = True
-    revoked_counts_conflicts: bool = False
-    clear_recent_on_revoke: bool = True
-    stale_feedback: str = "same_epoch"
-
-    def check(self) -> None:
-        super().check()
-        _positive("a0", self.a0)
-        _positive("b0", self.b0)
-        _at_least("n_min", self.n_min, 1)
-        for key in ("theta_rev", "theta_pro", "theta_rec"):
-            _unit(key, getattr(self, key))
-        check_rules(
-            a0=self.a0,
-            b0=self.b0,
-            theta_pro=self.theta_pro,
-            counts=self.counts,
-            stale_feedback=self.stale_feedback,
-        )
-        _at_least("W", self.W, 1)
-        _at_least("m_rec", self.m_rec, 1)
-        if self.m_rec > self.W:
-            raise ValueError(f"m_rec={self.m_rec}: must be <= W={self.W} (only the last W outcomes are kept)")
-
-
-@dataclass
-class TEPANoRevConfig(TEPARevConfig):
-    _target_: str = "tepa.tepa_norev.TEPANoRev"
-
-
-@dataclass
-class TEPAFullConfig(TEPARevConfig):
-    """TEPA-Rev plus trial-by-execution: how many trials of each kind, and how many trial rounds a
-    hypothesis gets before it is archived."""
-
-    _target_: str = "tepa.tepa_full.TEPAFull"
-    n_support: int = 2
-    n_counterfactual: int = 1
-    n_contamination: int = 2
-    max_trial_rounds: int = 1
-
-    def check(self) -> None:
-        super().check()
-        _at_least("n_support", self.n_support, 1)
-        _at_least("n_counterfactual", self.n_counterfactual, 0)
-        _at_least("n_contamination", self.n_contamination, 0)
-        _at_least("max_trial_rounds", self.max_trial_rounds, 1)
-
-
-@dataclass
-class TEPARevLiteralConfig(TEPARevConfig):
-    """TEPA-Rev with the rule text read literally: only the switches' defaults differ."""
-
-    _target_: str = "tepa.tepa_rev.TEPARevLiteral"
-    counts: str = "lifetime"
-    own_failure_new_epoch: bool = False
-    revoked_counts_conflicts: bool = True
-    clear_recent_on_revoke: bool = False
-    stale_feedback: str = "active_only"
-
-
-MEMORY_SCHEMAS: dict[str, type[MemoryConfig]] = {
-    "no_memory": NoMemoryConfig,
-    "append_only": AppendOnlyConfig,
-    "lww": LastWriteWinsConfig,
-    "sliding_window": SlidingWindowConfig,
-    "reactive": ReactiveConfig,
-    "oracle_reset": OracleResetConfig,
-    "tepa_rev": TEPARevConfig,
-    "tepa_norev": TEPANoRevConfig,
-    "tepa_full": TEPAFullConfig,
-    "tepa_rev_literal": TEPARevLiteralConfig,
-}
-_SCHEMA_BY_TARGET = {schema._target_: schema for schema in MEMORY_SCHEMAS.values()}
-
-
 def register() -> None:
-    """Store the schemas in Hydra's ConfigStore and add the `tepa.removeprefix` resolver (which
+    """Store the run schema in Hydra's ConfigStore and add the `tepa.removeprefix` resolver (which
     conf/env/memoryagentbench.yaml uses for its label); idempotent, done on import."""
     OmegaConf.register_new_resolver("tepa.removeprefix", str.removeprefix, replace=True)
-    cs = ConfigStore.instance()
-    cs.store(name="run_schema", node=RunConfig)
-    for name, schema in MEMORY_SCHEMAS.items():
-        cs.store(group="schema/memory", name=name, node=schema)
+    ConfigStore.instance().store(name="run_schema", node=RunConfig)
 
 
 register()
@@ -387,19 +209,22 @@ def _component(group: str, node: Any, choice: str | None) -> Component:
         if problem:
             raise ConfigError(f"{group}.{key}{problem}")
     target = node["_target_"]
-    schema = _SCHEMA_BY_TARGET.get(target) if group == "memory" else None
-    if schema is not None:
-        params = _check_schema(group, schema, node)
-    else:
-        params = {k: v for k, v in node.items() if k not in RESERVED}
+    params = {k: v for k, v in node.items() if k not in RESERVED}
     try:
-        cls = require_class(target, _import(group, target), PROTOCOLS[group])
+        cls = require_class(target, import_target(target), PROTOCOLS[group])
+    except ValueError as exc:
+        raise ConfigError(f"{group}._target_={target!r}: {exc}") from None
     except TypeError as exc:
         raise ConfigError(f"{group}._target_: {exc}") from None
-    _check_signature(group, target, cls, params)
+    hints = _check_signature(group, target, cls, params)
+    if group == "memory":  # stored as the parameters' types say, as run identities have recorded them
+        params = {k: float(v) if hints.get(k) is float and type(v) is int else v for k, v in params.items()}
     label = node.get("label") or _default_label(target, cls, choice)
     check_dir_name(f"{group}.label", label)
-    return Component(group=group, target=target, cls=cls, params=params, label=label)
+    component = Component(group=group, target=target, cls=cls, params=params, label=label)
+    if group == "memory":
+        component.build()  # cheap: the class checks its ranges before any episode runs
+    return component
 
 
 def secret_problem(key: str, value: Any) -> str | None:
@@ -457,55 +282,17 @@ def check_results_dir(value: Any) -> None:
         raise ConfigError(f"results_dir={value}: {problem}")
 
 
-def _check_schema(group: str, schema: type[MemoryConfig], node: dict[str, Any]) -> dict[str, Any]:
-    """Types via OmegaConf's structured merge, then the schema's ranges."""
-    try:
-        obj = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), node))
-    except ConfigKeyError as exc:
-        accepted = ", ".join(f.name for f in fields(schema) if f.name not in RESERVED)
-        raise ConfigError(
-            f"{group}.{exc.full_key}: not a parameter of {schema._target_} (it takes: {accepted})"
-        ) from None
-    except ValidationError as exc:
-        expected = _type_name(typing.get_type_hints(schema).get(exc.full_key, Any))
-        raise ConfigError(
-            f"{group}.{exc.full_key}={node.get(exc.full_key)!r}: wrong type, expected {expected}"
-        ) from None
-    try:
-        obj.check()
-    except ValueError as exc:
-        raise ConfigError(f"{group}.{exc}") from None
-    return {f.name: getattr(obj, f.name) for f in fields(obj) if f.name not in RESERVED}
-
-
 def _omegaconf_message(exc: OmegaConfBaseException) -> str:
     return f"{getattr(exc, 'full_key', '') or 'config'}: {str(exc).splitlines()[0]}"
 
 
-def _import(group: str, target: str) -> type:
-    module, _, attr = target.rpartition(".")
-    if not module:
-        raise ConfigError(f"{group}._target_={target!r}: must be a dotted path package.module.Class")
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and (module == exc.name or module.startswith(exc.name + ".")):
-            raise ConfigError(f"{group}._target_={target!r}: no module named {module!r}") from None
-        raise
-    try:
-        return getattr(mod, attr)
-    except AttributeError:
-        raise ConfigError(
-            f"{group}._target_={target!r}: module {module!r} has no attribute {attr!r}"
-        ) from None
-
-
-def _check_signature(group: str, target: str, cls: type, params: dict[str, Any]) -> None:
-    """Unknown, missing and mistyped constructor arguments, from the signature and its annotations."""
+def _check_signature(group: str, target: str, cls: type, params: dict[str, Any]) -> dict[str, Any]:
+    """Unknown, missing and mistyped constructor arguments, from the signature and its annotations;
+    returns the annotations it checked against (by parameter name)."""
     try:
         sig = inspect.signature(cls)
     except (TypeError, ValueError):  # no signature to check against (a builtin or C extension)
-        return
+        return {}
     accepted = sig.parameters
     if not any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
         for key in params:
@@ -525,14 +312,16 @@ def _check_signature(group: str, target: str, cls: type, params: dict[str, Any])
         expected = hints.get(key)
         if expected is not None and not _matches(value, expected):
             raise ConfigError(f"{group}.{key}={value!r}: wrong type, expected {_type_name(expected)}")
+    return hints
 
 
 def _type_hints(cls: type) -> dict[str, Any]:
-    init = cls.__init__ if isinstance(cls, type) else cls
+    """The constructor's annotations, evaluated (also through a `functools.partialmethod` __init__)."""
     try:
-        return typing.get_type_hints(init)
+        sig = inspect.signature(cls, eval_str=True)
     except Exception:  # unresolvable annotations (forward references to optional packages): skip types
         return {}
+    return {name: p.annotation for name, p in sig.parameters.items() if p.annotation is not p.empty}
 
 
 _SIMPLE = {int: (int,), float: (int, float), str: (str,), bool: (bool,), type(None): (type(None),)}

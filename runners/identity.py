@@ -33,11 +33,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from runners.compose import compose_config
 from runners.config import RunSpec
+from runners.registry import HARNESS_KEYS
 
 GROUPS = ("env", "memory", "llm")
 # Top-level keys that change a stream's episodes (`max_episodes` truncates it): part of its identity.
 RUN_KEYS = ("max_episodes",)
-_HARNESS_KEYS = frozenset({"label"})  # keys of a component node that configure the harness, not the run
 _SAFE = re.compile(r"[A-Za-z0-9_.=+,-]{1,120}")
 _REFERENCE = re.compile(r"\$\{\s*(\.?[A-Za-z_][\w.]*)\s*\}")
 
@@ -111,7 +111,7 @@ def _component_values(cfg: DictConfig, group: str) -> dict[str, Any]:
     """A component node's resolved values as dotted keys, without harness and operational keys."""
     node = OmegaConf.to_container(cfg[group], resolve=True, throw_on_missing=False)
     assert isinstance(node, dict)
-    skip = _HARNESS_KEYS | _operational(group, node.get("_target_"))
+    skip = HARNESS_KEYS | _operational(group, node.get("_target_"))
     return {f"{group}.{k}": v for k, v in node.items() if k not in skip}
 
 

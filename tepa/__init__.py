@@ -1,30 +1,32 @@
-"""TEPA: revocable evidence memory for language agents (the mechanism; imports no other package here)."""
+"""TEPA: revocable evidence memory for language agents (the mechanism; imports no other package here).
 
-from tepa.archive import Archive
-from tepa.evidence import Evidence, Observation, Query
-from tepa.memory_checker import MemoryCheckError, check_memory
-from tepa.precedent import LifecycleEvent, Precedent, State
-from tepa.protocol import EventMemory, Memory, TrialFn, TrialMemory
-from tepa.tepa_full import TEPAFull
-from tepa.tepa_norev import TEPANoRev
-from tepa.tepa_rev import TEPARev, TEPARevLiteral
+The names below are imported on first use, so that importing one module (the protocol, the evidence
+types) does not import every memory method.
+"""
 
-__all__ = [
-    "Archive",
-    "Evidence",
-    "EventMemory",
-    "LifecycleEvent",
-    "Memory",
-    "MemoryCheckError",
-    "Observation",
-    "Precedent",
-    "Query",
-    "State",
-    "TEPAFull",
-    "TEPANoRev",
-    "TEPARev",
-    "TEPARevLiteral",
-    "TrialFn",
-    "TrialMemory",
-    "check_memory",
-]
+from __future__ import annotations
+
+from tepa.lazy import lazy_exports
+
+_EXPORTS = {
+    "Archive": "tepa.archive",
+    "Evidence": "tepa.evidence",
+    "EventMemory": "tepa.protocol",
+    "LifecycleEvent": "tepa.precedent",
+    "Memory": "tepa.protocol",
+    "MemoryCheckError": "tepa.memory_checker",
+    "Observation": "tepa.evidence",
+    "Precedent": "tepa.precedent",
+    "Query": "tepa.evidence",
+    "State": "tepa.precedent",
+    "TEPAFull": "tepa.tepa_full",
+    "TEPANoRev": "tepa.tepa_norev",
+    "TEPARev": "tepa.tepa_rev",
+    "TEPARevLiteral": "tepa.tepa_rev",
+    "TrialFn": "tepa.protocol",
+    "TrialMemory": "tepa.protocol",
+    "check_memory": "tepa.memory_checker",
+}
+__all__ = sorted(_EXPORTS)
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -35,7 +35,6 @@ of one key and builds strings only when a lifecycle event happens.
 from __future__ import annotations
 
 import functools
-import math
 from collections import deque
 from collections.abc import Hashable
 from typing import Any, ClassVar
@@ -44,61 +43,14 @@ from tepa.archive import Archive
 from tepa.evidence import Evidence, Observation, Query, check_observation
 from tepa.precedent import Precedent, State
 from tepa.retrieval import DEFAULT_TOP_K, rank
+from tepa.validation import check_bool, check_choice, check_int, check_positive, check_unit
 
 _HYPOTHESIS, _ACTIVE, _REVOKED = State.HYPOTHESIS, State.ACTIVE, State.REVOKED
-
-
-def check_int(name: str, value: Any, minimum: int) -> int:
-    """Validate an integer parameter (bools rejected), raising ValueError naming it."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
-
-
-def _check_real(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
-
-
-def _check_positive(name: str, value: Any) -> float:
-    x = _check_real(name, value)
-    if x <= 0.0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
-    return x
-
-
-def _check_unit(name: str, value: Any) -> float:
-    x = _check_real(name, value)
-    if not 0.0 <= x <= 1.0:
-        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
-    return x
 
 
 #: The values of the two non-boolean switches (see the module docstring).
 COUNTS = ("epoch", "lifetime")
 STALE_FEEDBACK = ("same_epoch", "active_only", "count")
-
-
-def check_rules(*, a0: float, b0: float, theta_pro: float, counts: str, stale_feedback: str) -> None:
-    """The checks that span parameters or name a choice, as "key=value: why" (also used by the config
-    schema, so the run stops before any episode with the same message)."""
-    if counts not in COUNTS:
-        raise ValueError(f"counts={counts!r}: must be one of {', '.join(COUNTS)}")
-    if stale_feedback not in STALE_FEEDBACK:
-        raise ValueError(f"stale_feedback={stale_feedback!r}: must be one of {', '.join(STALE_FEEDBACK)}")
-    prior = a0 / (a0 + b0)
-    if prior > theta_pro:
-        raise ValueError(
-            f"theta_pro={theta_pro}: must be >= the prior mean a0/(a0+b0)={prior:.4g}, or a precedent with "
-            "no evidence passes the promotion rule and every revocation is undone at once"
-        )
-
-
-def _check_bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be true or false, got {value!r}")
-    return value
 
 
 @functools.lru_cache(maxsize=256)
@@ -138,25 +90,28 @@ class PrecedentMemory:
         clear_recent_on_revoke: bool = True,
         stale_feedback: str = "same_epoch",
     ) -> None:
-        self.a0 = _check_positive("a0", a0)
-        self.b0 = _check_positive("b0", b0)
+        self.a0 = check_positive("a0", a0)
+        self.b0 = check_positive("b0", b0)
         self.n_min = check_int("n_min", n_min, 1)
-        self.theta_rev = _check_unit("theta_rev", theta_rev)
-        self.theta_pro = _check_unit("theta_pro", theta_pro)
-        self.theta_rec = _check_unit("theta_rec", theta_rec)
+        self.theta_rev = check_unit("theta_rev", theta_rev)
+        self.theta_pro = check_unit("theta_pro", theta_pro)
+        self.theta_rec = check_unit("theta_rec", theta_rec)
         self.W = check_int("W", W, 1)
         self.m_rec = check_int("m_rec", m_rec, 1)
         if self.m_rec > self.W:
-            raise ValueError(f"m_rec must be <= W (= {W}), got {m_rec!r}")
+            raise ValueError(f"m_rec={m_rec!r}: must be <= W={W} (only the last W outcomes are kept)")
         self.top_k = check_int("top_k", top_k, 1)
-        check_rules(
-            a0=self.a0, b0=self.b0, theta_pro=self.theta_pro, counts=counts, stale_feedback=stale_feedback
-        )
-        self.counts = counts
-        self.own_failure_new_epoch = _check_bool("own_failure_new_epoch", own_failure_new_epoch)
-        self.revoked_counts_conflicts = _check_bool("revoked_counts_conflicts", revoked_counts_conflicts)
-        self.clear_recent_on_revoke = _check_bool("clear_recent_on_revoke", clear_recent_on_revoke)
-        self.stale_feedback = stale_feedback
+        self.counts = check_choice("counts", counts, COUNTS)
+        self.stale_feedback = check_choice("stale_feedback", stale_feedback, STALE_FEEDBACK)
+        prior = self.a0 / (self.a0 + self.b0)
+        if prior > self.theta_pro:
+            raise ValueError(
+                f"theta_pro={theta_pro!r}: must be >= the prior mean a0/(a0+b0)={prior:.4g}, or a precedent "
+                "with no evidence passes the promotion rule and every revocation is undone at once"
+            )
+        self.own_failure_new_epoch = check_bool("own_failure_new_epoch", own_failure_new_epoch)
+        self.revoked_counts_conflicts = check_bool("revoked_counts_conflicts", revoked_counts_conflicts)
+        self.clear_recent_on_revoke = check_bool("clear_recent_on_revoke", clear_recent_on_revoke)
         self._lifetime = counts == "lifetime"
         self.archive = Archive()
         self.promotions = 0

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from fractions import Fraction
 
-from tepa.lifecycle import PrecedentMemory, check_int
+from tepa.lifecycle import PrecedentMemory
 from tepa.precedent import Precedent, State
 from tepa.retrieval import DEFAULT_TOP_K
+from tepa.validation import check_int
 
 TRIAL_KINDS = ("support", "counterfactual", "contamination")
 MIN_PASS_RATE = Fraction(3, 5)  # exact, so that 3 of 5 passes is promoted whatever the float rounding

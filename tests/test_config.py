@@ -11,15 +11,12 @@ from pathlib import Path
 import pytest
 from hydra.errors import ConfigCompositionException, HydraException
 
+from analysis.metrics import METHOD_ORDER
 from runners.compose import compose_config, compose_spec
-from runners.config import MEMORY_SCHEMAS, ConfigError, validate
+from runners.config import ConfigError, validate
+from runners.registry import memory_names, swept_memories
 from runners.run import CONF_DIR, PROJECT_ROOT
 from tepa.evidence import Observation, Query
-
-ALL_METHODS = {
-    "no_memory", "append_only", "lww", "sliding_window", "reactive", "oracle_reset", "tepa_rev", "tepa_norev",
-    "tepa_full", "tepa_rev_literal",
-}  # fmt: skip
 
 
 def _compose(*overrides: str):
@@ -50,7 +47,7 @@ def test_defaults_compose_to_one_seed_of_tepa_rev_on_controlled_drift():
     assert _spec("seeds=[3,1,2]").seeds == (3, 1, 2)
 
 
-@pytest.mark.parametrize("method", sorted(ALL_METHODS | {"tepa_rev_facts"}))
+@pytest.mark.parametrize("method", memory_names())
 def test_every_memory_option_validates_and_builds(method):
     spec = _spec(f"memory={method}")
     memory = spec.memory.build()
@@ -58,13 +55,16 @@ def test_every_memory_option_validates_and_builds(method):
     assert spec.memory.label == ("tepa_rev" if method == "tepa_rev_facts" else method)
 
 
-def test_memory_schemas_options_and_classes_agree_on_defaults():
-    for name, schema in MEMORY_SCHEMAS.items():
-        spec = _spec(f"memory={name}")
-        defaults = {k: v for k, v in vars(schema()).items() if k not in ("_target_", "label")}
-        assert spec.memory.params == defaults, name
-        signature = inspect.signature(spec.memory.cls).parameters
-        assert {k: signature[k].default for k in defaults} == defaults, name  # (a class may take more)
+@pytest.mark.parametrize("method", memory_names())
+def test_memory_options_show_every_parameter_at_the_classes_default(method):
+    """A method's YAML lists its parameters for overriding, each at the class's own default (only
+    tepa_rev_facts, the variant for stated facts, sets other thresholds)."""
+    spec = _spec(f"memory={method}")
+    signature = inspect.signature(spec.memory.cls).parameters
+    defaults = {k: p.default for k, p in signature.items() if p.default is not p.empty and k != "trial_fn"}
+    assert set(spec.memory.params) == set(defaults), method
+    differ = {k for k, v in spec.memory.params.items() if v != defaults[k]}
+    assert differ == ({"n_min", "theta_rev"} if method == "tepa_rev_facts" else set()), method
 
 
 @pytest.mark.parametrize(
@@ -102,10 +102,12 @@ def test_local_llm_points_the_openai_backend_at_llama_cpp():
 @pytest.mark.parametrize(
     ("name", "seeds"), [("paper_controlled", 20), ("paper_executable", 20), ("paper_preference", 10)]
 )
-def test_paper_experiments_sweep_all_ten_methods_over_their_seeds(name, seeds):
+def test_paper_experiments_sweep_every_method_of_the_group_over_their_seeds(name, seeds):
     cfg = _compose(f"experiment={name}")
     assert cfg.name == name and list(cfg.seeds) == list(range(seeds))
-    assert set(cfg.hydra.sweeper.params.memory.split(",")) == ALL_METHODS
+    swept = swept_memories(name)
+    assert swept == [m for m in memory_names() if m != "tepa_rev_facts"]
+    assert sorted(swept) == sorted(METHOD_ORDER)  # each has its place and name in the tables
 
 
 def test_paper_memoryagentbench_sweeps_sources_and_uses_the_fact_thresholds():
@@ -163,6 +165,9 @@ def test_launcher_configs():
 
 def test_wrong_type_names_the_key():
     assert _error("memory.theta_rev=abc") == "memory.theta_rev='abc': wrong type, expected float"
+    for method in ("tepa_rev", "tepa_rev_literal"):  # the latter's __init__ is a partialmethod
+        assert _error(f"memory={method}", "memory.n_min=1.5") == "memory.n_min=1.5: wrong type, expected int"
+    assert _error("memory=sliding_window", "memory.steps=2.5").startswith("memory.steps=2.5: wrong type")
     assert _error("env.phase_length=abc").startswith("env.phase_length='abc': wrong type")
 
 
@@ -170,6 +175,23 @@ def test_threshold_out_of_range_names_the_key():
     assert _error("memory.theta_rev=1.5") == "memory.theta_rev=1.5: must be in [0, 1]"
     assert _error("memory=tepa_full", "memory.n_support=0").startswith("memory.n_support=0")
     assert _error("memory.m_rec=9").startswith("memory.m_rec=9: must be <= W=5")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (("memory.theta_rev=1.5",), "memory.theta_rev=1.5: must be in [0, 1]"),
+        (("memory.a0=0",), "memory.a0=0.0: must be > 0"),
+        (("memory.counts=weekly",), "memory.counts='weekly': must be one of epoch, lifetime"),
+        (("memory=reactive", "memory.c=0"), "memory.c=0: must be >= 1"),
+        (("memory=sliding_window", "memory.n=-1"), "memory.n=-1: must be >= 0"),
+        (("memory=lww", "memory.top_k=0"), "memory.top_k=0: must be >= 1"),
+    ],
+)
+def test_a_memory_range_is_checked_by_its_class_when_the_config_is_validated(overrides, message):
+    with pytest.raises(ConfigError) as info:
+        _spec(*overrides)  # validation alone, before anything is built for a run
+    assert str(info.value) == message
 
 
 def test_value_rejected_by_the_class_names_the_key():
@@ -226,8 +248,8 @@ def test_cli_stops_with_a_short_message_naming_the_key(tmp_path, override, key):
     assert not (tmp_path / "runs").exists()
 
 
-def test_schema_is_in_the_config_store():
+def test_run_schema_is_in_the_config_store():
     from hydra.core.config_store import ConfigStore
 
-    assert "tepa_rev.yaml" in ConfigStore.instance().list("schema/memory")
+    assert "run_schema.yaml" in ConfigStore.instance().list("")
     assert Path(CONF_DIR, "config.yaml").is_file()

@@ -54,7 +54,7 @@ _COLORS = dict(
             "#9467bd",
             "#aec7e8",
         ),
-        strict=True,
+        strict=False,  # a method ranked beyond these gets one of _EXTRA_COLORS
     )
 )
 _EXTRA_COLORS = ("#bcbd22", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173")

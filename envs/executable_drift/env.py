@@ -52,11 +52,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from envs.base import TRIAL_KINDS, EnvironmentBase, Outcome, Task
-from envs.checks import fraction, int_in
 from envs.executable_drift.sandbox import Layout, Refused, Sandbox, check_invocation, split_invocation
 from envs.executable_drift.tools import FLAVOURS, TOOLS, VERSIONS, Tool, subject_for
 from envs.executable_drift.worker import SharedToolWorker, ToolFn
 from tepa.evidence import Observation
+from tepa.validation import check_fraction, check_int
 
 PHASES = ("stable", "full_reversal", "partial_reversal", "return")
 SANDBOX_PREFIX = "tepa-executable-"
@@ -100,10 +100,10 @@ class ExecutableDrift(EnvironmentBase):
         extra_tools: Mapping[str, ToolFn] | None = None,
         sandbox_dir: str | None = None,
     ) -> None:
-        self.n_keys = int_in("n_keys", n_keys, 2)
-        self.n_actions = int_in("n_actions", n_actions, 2, len(FLAVOURS))
-        self.phase_length = int_in("phase_length", phase_length, 1)
-        self.partial_fraction = fraction("partial_fraction", partial_fraction)
+        self.n_keys = check_int("n_keys", n_keys, 2)
+        self.n_actions = check_int("n_actions", n_actions, 2, len(FLAVOURS))
+        self.phase_length = check_int("phase_length", phase_length, 1)
+        self.partial_fraction = check_fraction("partial_fraction", partial_fraction)
         if isinstance(time_limit, bool) or not isinstance(time_limit, Real) or not 0 < time_limit < math.inf:
             raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
         self.time_limit = float(time_limit)
@@ -154,7 +154,7 @@ class ExecutableDrift(EnvironmentBase):
         return tuple(self._jobs.values())
 
     def reset(self, seed: int) -> None:
-        self._seed = int_in("seed", seed, 0)
+        self._seed = check_int("seed", seed, 0)
         self._remove_sandbox()
         remove_stale_sandboxes(self.sandbox_dir)
         owner = f"{SANDBOX_PREFIX}{os.getpid()}-"
@@ -183,7 +183,7 @@ class ExecutableDrift(EnvironmentBase):
         unbalanced quotes) writes no observation: there is no invocation to remember."""
         self._require_reset()
         job = self._job_of(task.key)
-        t = int_in("task.t", task.t, 0, len(PHASES) * self.phase_length - 1)
+        t = check_int("task.t", task.t, 0, len(PHASES) * self.phase_length - 1)
         self._now = t
         try:
             argv = split_invocation(action)

@@ -18,20 +18,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from analysis.metrics import sorted_methods
 from envs.base import Outcome, Task
 from runners.agent.loop import run_stream
 from runners.bench.memory import median
 from runners.compose import compose_spec
 from runners.config import ConfigError, RunSpec
+from runners.registry import swept_memories
 from runners.run import run_spec
 
-# The memory config of each method in an environment's paper experiment (memoryagentbench runs TEPA-Rev
-# with its stated-fact thresholds; conf/experiment/paper_memoryagentbench.yaml).
-PAPER_MEMORIES = (
-    "no_memory", "append_only", "lww", "sliding_window", "reactive", "oracle_reset", "tepa_rev", "tepa_norev",
-    "tepa_full", "tepa_rev_literal",
-)  # fmt: skip
-MAB_MEMORIES = ("no_memory", "append_only", "lww", "tepa_norev", "tepa_rev_facts")
+# The memory config of each method in an environment's paper experiment, in table order (memoryagentbench
+# runs TEPA-Rev with its stated-fact thresholds; conf/experiment/paper_memoryagentbench.yaml).
+PAPER_MEMORIES = tuple(sorted_methods(swept_memories("paper_controlled")))
+MAB_MEMORIES = tuple(swept_memories("paper_memoryagentbench"))
 
 
 def _run(spec: RunSpec, seed: int, env: Any = None) -> list[dict[str, Any]]:

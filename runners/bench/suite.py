@@ -37,7 +37,7 @@ from analysis.data.integrity import META, read_meta, verify
 from runners import reproduce
 from runners.bench import agent as bench_agent
 from runners.bench import memory as bench_memory
-from runners.registry import build_memory, memory_names
+from runners.registry import build_memory
 from runners.run import PROJECT_ROOT
 
 E2E_ENVS = {
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = lambda msg: None)
 
     def memory_ops() -> dict[str, Any]:
         stream = bench_memory.make_stream(n_observations=args.observations, n_keys=args.keys)
-        factories = {name: (lambda name=name: build_memory(name)) for name in memory_names()}
+        factories = {name: (lambda name=name: build_memory(name)) for name in bench_agent.PAPER_MEMORIES}
         return {
             "observations": stream.n_observations,
             "decisions": stream.n_decisions,

@@ -13,6 +13,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,12 +79,7 @@ class ResponseCache:
         if self._connection is None or self._pid != os.getpid():
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute(_SCHEMA)
-            columns = {row[1] for row in conn.execute("PRAGMA table_info(replies)")}
-            if "truncated" not in columns:  # a cache file made before replies were cut to a limit
-                conn.execute("ALTER TABLE replies ADD COLUMN truncated INTEGER NOT NULL DEFAULT 0")
+            _setup(conn)
             self._connection, self._pid = conn, os.getpid()
         return self._connection
 
@@ -133,3 +129,23 @@ class ResponseCache:
             if self._connection is not None and self._pid == os.getpid():
                 self._connection.close()
             self._connection = None
+
+
+def _setup(conn: sqlite3.Connection, patience: float = 30.0) -> None:
+    """WAL mode and the table. Switching to WAL takes an exclusive lock that SQLite's busy timeout does
+    not wait for, so two processes opening a new file at once retry here instead of failing."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(_SCHEMA)
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(replies)")}
+            if "truncated" not in columns:  # a cache file made before replies were cut to a limit
+                conn.execute("ALTER TABLE replies ADD COLUMN truncated INTEGER NOT NULL DEFAULT 0")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
