@@ -27,13 +27,10 @@ test: $(STAMP) ## the test suite (no real model)
 	$(BIN)/python -m pytest -m "not llm"
 
 # Every paper experiment on the offline simulated backend (20 seeds in the drift settings, 10 in the others),
-# then tables, figures, results/README.md.
+# side by side (runners.reproduce; MemoryAgentBench only when its data is there), then tables, figures,
+# results/README.md.
 reproduce: $(STAMP) ## every paper experiment on the simulated backend, then tables and figures
-	$(RUN) experiment=paper_controlled
-	$(RUN) experiment=paper_executable
-	$(RUN) experiment=paper_preference
-	@if $(BIN)/python -m envs.memoryagentbench.data; then $(RUN) experiment=paper_memoryagentbench; \
-	else echo "skipping MemoryAgentBench: no data (see above)"; fi
+	$(BIN)/python -m runners.reproduce --results-dir results
 	$(MAKE) figures
 
 # TEPA-Rev's rule switches, each flipped alone, and the literal rules on the drift and preference settings

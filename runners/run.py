@@ -42,7 +42,6 @@ from runners.compose import CONF_DIR, PROJECT_ROOT
 from runners.config import ConfigError, RunSpec, validate
 from runners.identity import Variant, stream_identity, variant_of
 from runners.llm.backend import BackendExhausted
-from runners.plan import plan
 from runners.preflight import check_command_line
 from runners.runlog import PARTIAL_EPISODES, StreamLog, differences, partial_summary, stream_dir
 
@@ -108,6 +107,8 @@ def execute(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSummary:
     its plan instead (`runners.plan`) and run nothing."""
     spec = validate(cfg, choices)
     if spec.plan:
+        from runners.plan import plan  # here: it imports the openai client, a second of start-up per process
+
         print(plan(spec).describe(f"{spec.name} {spec.env.label} {spec.memory.label}"), flush=True)
         return RunSummary(())
     variant = variant_of(cfg, choices, str(CONF_DIR))

@@ -33,7 +33,7 @@ import stat
 import tarfile
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, BinaryIO, ClassVar, NoReturn
@@ -290,12 +290,13 @@ def _layout(tool: Tool, subject: str) -> tuple[tuple[str, ...], tuple[str, ...]]
     return tool.outputs(subject), tool.inputs(subject)
 
 
-#: Folders up to this many bytes have their tarballs memoised (256 of them: a few MB at most).
-MEMO_TARBALL_BYTES = 64 * 2**10
+#: Inputs up to this many bytes (a folder to pack, a table to convert) have their results memoised (256 of
+#: each: a few MB at most).
+MEMO_BYTES = 64 * 2**10
 
 
 def _pack(members: tuple[tuple[str, bytes], ...]) -> bytes:
-    small = sum(len(data) for _, data in members) <= MEMO_TARBALL_BYTES
+    small = sum(len(data) for _, data in members) <= MEMO_BYTES
     return _tarball(members) if small else _tarball.__wrapped__(members)
 
 
@@ -312,6 +313,44 @@ def _tarball(members: tuple[tuple[str, bytes], ...]) -> bytes:
             info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
+
+
+def _plain_files(folder: str, name: str, skip: str) -> Iterator[tuple[str, str]]:
+    """(path, member name under `name`) of every plain file under `folder` but `skip`, in the order of a
+    top-down os.walk with sorted names: a folder's files, then its subfolders'. Links are neither
+    followed nor packed, and folders that cannot be listed are passed over, as os.walk does; one
+    scandir per folder and no stat (os.walk plus islink and isfile took three per file)."""
+    try:
+        with os.scandir(folder) as entries:
+            listed = sorted(
+                (entry.name, entry.is_dir(follow_symlinks=False), entry.is_file(follow_symlinks=False))
+                for entry in entries
+            )
+    except OSError:
+        return
+    for entry, _, is_file in listed:
+        path = f"{folder}/{entry}"
+        if is_file and path != skip:
+            yield path, f"{name}/{entry}"
+    for entry, is_dir, _ in listed:
+        if is_dir:
+            yield from _plain_files(f"{folder}/{entry}", f"{name}/{entry}", skip)
+
+
+def _csv_to_json(data: bytes, layout: str) -> tuple[bytes, int]:
+    """The JSON (`layout` "array" or "lines") of a UTF-8 CSV table's records, and how many there are;
+    memoised for small tables like `_pack`: parsing and dumping were most of a conversion's time."""
+    return _json_of_csv(data, layout) if len(data) <= MEMO_BYTES else _json_of_csv.__wrapped__(data, layout)
+
+
+@lru_cache(maxsize=256)
+def _json_of_csv(data: bytes, layout: str) -> tuple[bytes, int]:
+    rows = list(csv.DictReader(io.StringIO(data.decode("utf-8"), newline="")))
+    if layout == "array":
+        text = json.dumps(rows, indent=2) + "\n"
+    else:
+        text = "".join(json.dumps(row) + "\n" for row in rows)
+    return text.encode(), len(rows)
 
 
 def subject_for(tool: Tool, index: int) -> str:
@@ -359,19 +398,13 @@ class Archive(Tool):
 
     def operate(self, sandbox: Sandbox, params: dict[str, Any]) -> str:
         src, out = params["src"], params["out"]
-        if not src.is_dir():
+        if not os.path.isdir(src):
             raise ToolError(f"archive: error: {sandbox.relative(src)}: not a directory")
-        members, top = [], str(src)
+        members = []
         with _open_new(out) as handle:
-            for folder, dirs, files in os.walk(top):
-                dirs.sort()
-                for name in sorted(files):
-                    path = os.path.join(folder, name)
-                    if os.path.islink(path) or not os.path.isfile(path) or path == str(out):
-                        continue  # never follow a link; never pack the archive into itself
-                    with open(path, "rb") as member:
-                        # os.walk joins onto the resolved (normalised) src: slicing gives what relpath would.
-                        members.append((os.path.join(src.name, path[len(top) + 1 :]), member.read()))
+            for path, name in _plain_files(src, os.path.basename(src), out):
+                with open(path, "rb") as member:
+                    members.append((name, member.read()))
             handle.write(_pack(tuple(members)))
         return f"archive: packed {len(members)} files into {sandbox.relative(out)}"
 
@@ -428,17 +461,14 @@ class Convert(Tool):
 
     def operate(self, sandbox: Sandbox, params: dict[str, Any]) -> str:
         src, out = params["src"], params["out"]
+        with open(src, "rb") as handle:
+            data = handle.read()
         try:
-            with open(src, newline="", encoding="utf-8") as handle:
-                rows = list(csv.DictReader(handle))
+            text, count = _csv_to_json(data, params["layout"])
         except (csv.Error, UnicodeDecodeError) as exc:
             raise ToolError(f"convert: error: {sandbox.relative(src)}: not a CSV table ({exc})") from None
-        if params["layout"] == "array":
-            text = json.dumps(rows, indent=2) + "\n"
-        else:
-            text = "".join(json.dumps(row) + "\n" for row in rows)
-        _write_new(out, text.encode())
-        return f"convert: wrote {len(rows)} records to {sandbox.relative(out)}"
+        _write_new(out, text)
+        return f"convert: wrote {count} records to {sandbox.relative(out)}"
 
     def describe(self, subject: str) -> str:
         return f"convert the table data/{subject}.csv to JSON at out/{subject}.json"
@@ -536,7 +566,10 @@ class Configure(Tool):
         return 8000 + zlib.crc32(subject.encode()) % 1000
 
     @staticmethod
+    @lru_cache(maxsize=256)
     def _render(service: str, port: int, fmt: str) -> str:
+        """The config text (memoised: a pure function of its arguments, and building a ConfigParser
+        was most of a call's time)."""
         if fmt == "json":
             return json.dumps({service: {"port": port}}, indent=2) + "\n"
         config = configparser.ConfigParser()

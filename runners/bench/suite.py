@@ -9,9 +9,9 @@ memory-operation benchmark counts CPU time, not wall time. Four benchmarks and o
 2. prompt footprint: mean prompt tokens per decision over 1,000 controlled_drift episodes;
 3. end to end: episodes per second of the runner on the simulated backend, per environment;
 4. scaling: the cost of an episode after a stream 1x, 10x and 100x as long, and its log-log slope;
-plus the wall time of `make reproduce` (the Makefile's commands, into a temporary results_dir) and, in the
-same run, the time to verify every stream it wrote against its checksums (what a rerun does before it
-skips a stream, and the analysis before it reads one), as a fraction of that wall time.
+plus the wall time of `make reproduce` (its experiments side by side, then the analysis, into a temporary
+results_dir) and, in the same run, the time to verify every stream it wrote against its checksums (what a
+rerun does before it skips a stream, and the analysis before it reads one), as a fraction of that wall time.
 
 Writes the JSON (`--out`) and a markdown report beside it (`bench.md`) with every figure against its
 target.
@@ -34,13 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from analysis.data.integrity import META, read_meta, verify
+from runners import reproduce
 from runners.bench import agent as bench_agent
 from runners.bench import memory as bench_memory
 from runners.registry import build_memory
 from runners.run import PROJECT_ROOT
 
-# The Makefile's `reproduce` recipe: these experiments through the joblib launcher, then the analysis.
-REPRODUCE_EXPERIMENTS = ("paper_controlled", "paper_executable", "paper_preference", "paper_memoryagentbench")
 E2E_ENVS = {
     "controlled_drift": bench_agent.PAPER_MEMORIES,
     "preference_stream": bench_agent.PAPER_MEMORIES,
@@ -48,9 +47,6 @@ E2E_ENVS = {
     "executable_drift": ("no_memory", "append_only", "lww", "tepa_rev", "tepa_full"),
     "memoryagentbench": bench_agent.MAB_MEMORIES,
 }
-GUARDS = {
-    "paper_memoryagentbench": [sys.executable, "-m", "envs.memoryagentbench.data"]
-}  # the Makefile's data check
 # --quick: environments shrunk to a few dozen episodes (memoryagentbench's smallest source is kept).
 QUICK_ENV_OVERRIDES = {
     "controlled_drift": ("env.phase_length=10",),
@@ -185,26 +181,28 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = lambda msg: None)
     return report
 
 
-def reproduce_commands(results_dir: str) -> list[tuple[str, list[str] | None, list[str]]]:
-    """The Makefile's `reproduce` recipe, step by step, with this interpreter and another results_dir:
-    (name, guard, command); a step runs only if its guard (when it has one) exits 0, as the Makefile
-    runs MemoryAgentBench only when `python -m envs.memoryagentbench.data` finds its data."""
-    python = sys.executable
-    run_cmd = [python, "-m", "runners.run", "-m", "hydra/launcher=joblib", f"results_dir={results_dir}"]
-    steps: list[tuple[str, list[str] | None, list[str]]] = [
-        (e, GUARDS.get(e), [*run_cmd, f"experiment={e}"]) for e in REPRODUCE_EXPERIMENTS
+def reproduce_commands(results_dir: str) -> tuple[list[reproduce.Step], list[str]]:
+    """The Makefile's `reproduce` recipe with this interpreter and another results_dir: the experiments
+    (`runners.reproduce`, run side by side) and then the analysis' command."""
+    analysis = [
+        sys.executable,
+        "-m",
+        "analysis",
+        "--runs",
+        f"{results_dir}/runs",
+        "--out",
+        results_dir,
+        "--quiet",
     ]
-    analysis = [python, "-m", "analysis", "--runs", f"{results_dir}/runs", "--out", results_dir, "--quiet"]
-    return [*steps, ("analysis", None, analysis)]
+    return reproduce.steps(results_dir), analysis
 
 
 def time_reproduce(keep: Path | None = None) -> dict[str, Any]:
-    """Wall time of each step of `make reproduce` and in total (a guard's time counts in its step); a
-    step whose guard fails is listed as skipped, a failed step is reported, not raised. The outputs go
-    to a temporary folder, or to `keep` (which must not exist yet: a timing from skipped streams would
-    mean nothing), where they stay."""
-    steps: dict[str, float] = {}
-    skipped: list[str] = []
+    """Wall time of `make reproduce` in total and of each step: an experiment's time runs from the start
+    of all (they run side by side, a guard's time included), the analysis' after them. A step whose
+    guard fails is listed as skipped; a failed step is reported, not raised. The outputs go to a
+    temporary folder, or to `keep` (which must not exist yet: a timing from skipped streams would mean
+    nothing), where they stay."""
     if keep is not None:
         keep.mkdir(parents=True)  # FileExistsError: refuse to time a rerun over old streams
     with (
@@ -212,17 +210,18 @@ def time_reproduce(keep: Path | None = None) -> dict[str, Any]:
         if keep is not None
         else tempfile.TemporaryDirectory(prefix="tepa-bench-reproduce-")
     ) as tmp:
-        for name, guard, cmd in reproduce_commands(tmp):
-            start = time.perf_counter()
-            if guard is not None and subprocess.run(guard, cwd=PROJECT_ROOT, capture_output=True).returncode:
-                skipped.append(name)
-                continue
-            done = subprocess.run(cmd, cwd=PROJECT_ROOT, capture_output=True, text=True)
-            steps[name] = round(time.perf_counter() - start, 1)
-            if done.returncode:
-                tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-                return {"steps_s": steps, "failed": f"{name}: exit {done.returncode}: {' / '.join(tail)}"}
-        wall = round(sum(steps.values()), 1)
+        experiments, analysis = reproduce_commands(tmp)
+        start = time.perf_counter()
+        ran = reproduce.run_side_by_side(experiments, echo=False, cwd=PROJECT_ROOT)
+        steps, skipped = ran["steps_s"], ran["skipped_steps"]
+        if "failed" in ran:
+            return {"steps_s": steps, "failed": ran["failed"]}
+        done = subprocess.run(analysis, cwd=PROJECT_ROOT, capture_output=True, text=True)
+        wall = round(time.perf_counter() - start, 1)
+        steps["analysis"] = round(wall - ran["wall_s"], 1)
+        if done.returncode:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+            return {"steps_s": steps, "failed": f"analysis: exit {done.returncode}: {' / '.join(tail)}"}
         verification = time_verification(Path(tmp) / "runs")
     verification["fraction_of_reproduce"] = round(verification["seconds"] / wall, 4) if wall else None
     return {"steps_s": steps, "skipped_steps": skipped, "wall_s": wall, "verification": verification}
@@ -360,7 +359,10 @@ def render_markdown(report: dict[str, Any]) -> str:
     if "skipped" in rep:
         out += ["", f"`make reproduce`: not timed ({rep['skipped']})."]
     else:
-        steps = ", ".join(f"{k} {v:g} s" for k, v in rep["steps_s"].items())
+        times = dict(rep["steps_s"])
+        analysis = times.pop("analysis", None)
+        steps = "side by side: " + ", ".join(f"{k} ended after {v:g} s" for k, v in times.items())
+        steps += f"; then the analysis {analysis:g} s" if analysis is not None else ""
         total = f"{rep['wall_s']:g} s" if "wall_s" in rep else f"failed ({rep['failed']})"
         skipped = "".join(
             f"; {name} skipped (its data check failed)" for name in rep.get("skipped_steps", ())

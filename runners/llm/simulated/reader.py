@@ -82,15 +82,18 @@ class SimulatedBackend:
         cache = self._lines
         if len(cache) > _LINE_CACHE:
             cache.clear()
+        # The hot loop of long prompts (append-only memories: thousands of lines per decision), with its
+        # lookups bound to locals. `exp(...) * weight` is `rec * weight`, and a line at or after `now`
+        # adds its weight (1.0 * weight is weight): the same floats, summed in the same order.
+        known, get, exp = cache.get, scores.get, math.exp
         for line in _ANY_EVIDENCE_LINE.findall(prompt):
-            info = cache.get(line)
-            if info is None:
+            info = known(line, _UNREAD)
+            if info is _UNREAD:
                 info = cache[line] = self._read_line(line)
             if info is None:
                 continue
             value, t, weight = info
-            rec = math.exp((t - now) * decay) if t < now else 1.0
-            scores[value] = scores.get(value, 0.0) + rec * weight
+            scores[value] = get(value, 0.0) + (exp((t - now) * decay) * weight if t < now else weight)
         return scores
 
     def _read_line(self, line: str) -> tuple[str, int, float] | None:
@@ -134,6 +137,7 @@ class SimulatedBackend:
 _ANY_EVIDENCE_LINE = re.compile(r"^- \[step .*$", re.MULTILINE)
 _HINT_LINE = "\n" + HINT_PREFIX
 _LINE_CACHE = 200_000
+_UNREAD = ("", 0, 0.0)  # a line not read yet (`_read_line` caches None for a line that is not evidence)
 
 
 class _SplitMix:

@@ -1,0 +1,82 @@
+"""`make reproduce`'s experiments side by side (runners.reproduce), with stand-in commands: they run at
+the same time, a failed data check skips its experiment, a failure is reported with its exit status,
+and SIGTERM reaches every experiment still running."""
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from runners import reproduce
+from runners.reproduce import Step
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+def sleeper(seconds: float) -> list[str]:
+    return [PY, "-c", f"import time; time.sleep({seconds}); print('slept')"]
+
+
+def test_the_experiments_run_at_the_same_time_and_each_reports_when_it_ended(capsys):
+    out = reproduce.run_side_by_side([Step("a", None, sleeper(1.0)), Step("b", None, sleeper(1.0))])
+    assert set(out["steps_s"]) == {"a", "b"} and out["skipped_steps"] == []
+    assert all(1.0 <= s < 1.9 for s in out["steps_s"].values())
+    assert 1.0 <= out["wall_s"] < 1.9  # one after the other would take 2 s
+    printed = capsys.readouterr().out
+    assert printed.count("slept") == 2 and "--- a: exit 0 after" in printed
+
+
+def test_a_failed_data_check_skips_its_experiment_and_a_failure_gives_its_exit_status(capsys):
+    steps = [
+        Step("ok", None, [PY, "-c", "pass"]),
+        Step(
+            "guarded",
+            [PY, "-c", "print('no data here'); raise SystemExit(1)"],
+            [PY, "-c", "raise SystemExit(9)"],
+        ),
+        Step("broken", None, [PY, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"]),
+    ]
+    out = reproduce.run_side_by_side(steps)
+    assert out["skipped_steps"] == ["guarded"] and set(out["steps_s"]) == {"ok", "broken"}
+    assert out["failed"] == "broken: exit 3: boom" and out["exit_code"] == 3 and "wall_s" not in out
+    assert "skipping guarded: no data here" in capsys.readouterr().out
+
+
+def test_the_steps_are_the_paper_experiments_through_the_joblib_launcher_and_make_reproduce_runs_them():
+    steps = reproduce.steps("/somewhere", python="py")
+    assert sorted(s.name for s in steps) == sorted(
+        p.stem for p in (ROOT / "conf" / "experiment").glob("paper_*.yaml")
+    )
+    for step in steps:
+        assert step.command == [
+            "py", "-m", "runners.run", "-m", "hydra/launcher=joblib", "results_dir=/somewhere",
+            f"experiment={step.name}",
+        ]  # fmt: skip
+    assert [s.guard for s in steps if s.guard] == [["py", "-m", "envs.memoryagentbench.data"]]
+    recipe = (ROOT / "Makefile").read_text().split("\nreproduce:")[1].split("\n\n")[0]
+    assert "python -m runners.reproduce --results-dir results" in recipe
+
+
+def test_sigterm_is_passed_on_to_every_experiment_still_running(tmp_path):
+    script = tmp_path / "side_by_side.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            from runners import reproduce
+            from runners.reproduce import Step
+            long = [{PY!r}, "-c", "import time; time.sleep(60)"]
+            out = reproduce.run_side_by_side([Step("a", None, long), Step("b", None, long)], echo=False)
+            print(out["failed"])
+            """
+        )
+    )
+    proc = subprocess.Popen([PY, str(script)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    time.sleep(1.5)  # both experiments started
+    start = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    stdout, _ = proc.communicate(timeout=30)
+    assert time.monotonic() - start < 10  # not the experiments' 60 s
+    assert "exit -15" in stdout  # each was stopped by the SIGTERM passed on
