@@ -39,8 +39,8 @@ from omegaconf.errors import OmegaConfBaseException
 from analysis.data.validate import unwritable
 from envs.base import Environment
 from runners.llm.backend import Backend
-from runners.registry import HARNESS_KEYS, import_target, protocol_members, require_class
-from tepa.protocol import Memory
+from runners.registry import HARNESS_KEYS, import_target, require_class
+from tepa.protocol import Memory, missing_members
 
 # Keys of a component node that configure the harness, not the class: never passed to the constructor.
 RESERVED = frozenset({"_target_", *HARNESS_KEYS})
@@ -122,7 +122,7 @@ class Component:
         except (TypeError, ValueError) as exc:
             raise ConfigError(_prefixed(self.group, str(exc), self.params)) from None
         protocol = PROTOCOLS[self.group]
-        missing = [m for m in protocol_members(protocol) if not hasattr(obj, m)]
+        missing = missing_members(obj, protocol)
         if missing:
             raise ConfigError(
                 f"{self.group}._target_={self.target!r}: does not implement "

@@ -22,7 +22,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Glob
 from omegaconf import OmegaConf
 
-from tepa.protocol import Memory, protocol_members, protocol_methods
+from tepa.protocol import Memory, missing_members, protocol_methods
 
 #: The memory config group: one YAML file per method.
 MEMORY_DIR = Path(__file__).resolve().parents[1] / "conf" / "memory"
@@ -141,7 +141,7 @@ def build_memory(name: str, **params: Any) -> Memory:
                 f"it takes: {', '.join(sig.parameters) or 'none'}"
             )
     memory = cls(**params)
-    missing = [m for m in protocol_members(Memory) if not hasattr(memory, m)]
+    missing = missing_members(memory, Memory)
     if missing:
         raise TypeError(
             f"memory {name!r} does not implement tepa.protocol.Memory: missing {', '.join(missing)}"
