@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib
 import json
 import re
 from collections.abc import Mapping
@@ -33,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from runners.compose import compose_config
 from runners.config import RunSpec
-from runners.registry import HARNESS_KEYS
+from runners.registry import HARNESS_KEYS, import_target
 
 GROUPS = ("env", "memory", "llm")
 # Top-level keys that change a stream's episodes (`max_episodes` truncates it): part of its identity.
@@ -118,11 +117,10 @@ def _component_values(cfg: DictConfig, group: str) -> dict[str, Any]:
 def _operational(group: str, target: Any) -> frozenset[str]:
     """Keys of `group` that change how a stream runs, not its episodes: a rerun that changes only these
     continues (or skips) the same streams. Environments and backends declare them (`operational`)."""
-    if group in ("env", "llm") and isinstance(target, str) and "." in target:
-        module, _, name = target.rpartition(".")
+    if group in ("env", "llm") and isinstance(target, str):
         try:
-            return getattr(importlib.import_module(module), name).operational
-        except (ImportError, AttributeError):  # not a class of the group: validation names it
+            return import_target(target).operational  # type: ignore[attr-defined]
+        except (ValueError, AttributeError):  # not a class of the group: validation names it
             return frozenset()
     return frozenset()
 

@@ -183,9 +183,8 @@ async def run_spec(spec: RunSpec, variant: Variant | None = None) -> RunSummary:
     finally:
         for env, _ in parts.values():
             env.close()
-        aclose = getattr(backend, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        if backend is not None:
+            await backend.aclose()
     # A bug in one stream outranks an endpoint that is down in all of them.
     failures = sorted(
         (r for r in results if isinstance(r, BaseException)), key=lambda r: isinstance(r, BackendExhausted)

@@ -57,6 +57,9 @@ class NoOperational:
     def stats(self) -> dict:
         return {}
 
+    async def aclose(self) -> None:
+        pass
+
 
 def test_a_backend_without_operational_keys_is_refused_naming_the_member():
     cfg = compose_config(["llm=openai", "llm.model=m", f"llm._target_={__name__}.NoOperational"])

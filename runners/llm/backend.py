@@ -53,3 +53,7 @@ class Backend(Protocol):
 
     def stats(self) -> dict:
         """Counters for meta.json (calls, cache hits and misses, failures)."""
+
+    async def aclose(self) -> None:
+        """Release connections and files once the run's streams are done (called once, also after a
+        failure)."""

@@ -133,6 +133,9 @@ class SimulatedBackend:
     def stats(self) -> dict:
         return {"calls": self._calls}
 
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
 
 _ANY_EVIDENCE_LINE = re.compile(r"^- \[step .*$", re.MULTILINE)
 _HINT_LINE = "\n" + HINT_PREFIX
