@@ -4,8 +4,10 @@ Every paper experiment on the offline simulated backend, each a Hydra sweep thro
 (two jobs at a time). The experiments share nothing but the results folder, so they run at the same
 time: one after another, each one's start-up and the end of its sweep, where its last and longest job
 runs alone, left one of the two cores idle for about a fifth of the time; side by side, the others
-fill it. MemoryAgentBench runs only when its data is there (`python -m envs.memoryagentbench.data` says
-why not).
+fill it. Their jobs share CPU slots, one per core (`runners.slots`, `--slots`): eight jobs switching
+on two cores cost about a sixth more CPU than two at a time. The longest experiment's jobs go first,
+the others fill the gaps. MemoryAgentBench runs only when its data is there
+(`python -m envs.memoryagentbench.data` says why not).
 
 Each experiment's output is printed when it ends, with its wall time. The exit status is 0 when every
 experiment that ran succeeded, else the first failure's. SIGINT (Ctrl-C reaches every experiment) and
@@ -25,6 +27,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any
+
+from runners import slots as job_slots
 
 #: The experiments, longest first (all start at once; the order only decides whose output comes first).
 EXPERIMENTS = ("paper_executable", "paper_memoryagentbench", "paper_controlled", "paper_preference")
@@ -54,18 +58,37 @@ def steps(results_dir: str, python: str = sys.executable) -> list[Step]:
     ]
 
 
+def cores() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def run_side_by_side(
-    todo: Sequence[Step], echo: bool = True, cwd: str | os.PathLike[str] | None = None
+    todo: Sequence[Step],
+    echo: bool = True,
+    cwd: str | os.PathLike[str] | None = None,
+    slots: int | None = None,
 ) -> dict[str, Any]:
-    """Run the steps whose guard passes at the same time (in `cwd`) and wait for all of them.
+    """Run the steps whose guard passes at the same time (in `cwd`) and wait for all of them; their
+    jobs share `slots` CPU slots (None: one per core; 0: no limit), earlier steps' jobs first.
 
     Returns `steps_s` (each step's own wall seconds, from the start of all), `skipped_steps` (guard
     failed), `wall_s` (until the last ended) and, when one failed, `failed` ("name: exit N: last
     lines"). With `echo`, a guard's message and each step's output are printed (the latter when it ends)."""
+    with tempfile.TemporaryDirectory(prefix="tepa-slots-") as folder:
+        shared = dict(os.environ)
+        if slots != 0:
+            shared[job_slots.SLOTS_ENV] = str(job_slots.create(folder, cores() if slots is None else slots))
+        return _run(todo, echo, cwd, shared)
+
+
+def _run(
+    todo: Sequence[Step], echo: bool, cwd: str | os.PathLike[str] | None, environ: dict[str, str]
+) -> dict[str, Any]:
     skipped: list[str] = []
     start = time.perf_counter()
     running: dict[str, tuple[subprocess.Popen[bytes], IO[bytes]]] = {}
-    for step in todo:
+    for priority, step in enumerate(todo):
         if step.guard is not None:
             check = subprocess.run(step.guard, cwd=cwd, capture_output=True, text=True)
             if check.returncode:
@@ -75,7 +98,13 @@ def run_side_by_side(
                 continue
         log = tempfile.TemporaryFile()
         running[step.name] = (
-            subprocess.Popen(step.command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT),
+            subprocess.Popen(
+                step.command,
+                cwd=cwd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(environ, **{job_slots.PRIORITY_ENV: str(priority)}),
+            ),
             log,
         )
     times: dict[str, float] = {}
@@ -128,8 +157,16 @@ def _pass_on(running: dict[str, tuple[subprocess.Popen[bytes], IO[bytes]]], sign
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m runners.reproduce", description=__doc__.splitlines()[0])
     parser.add_argument("--results-dir", default="results", help="the results folder (default: results)")
+    parser.add_argument(
+        "--slots",
+        type=int,
+        default=None,
+        help="jobs running at once across the experiments (default: one per core; 0: no limit)",
+    )
     args = parser.parse_args(argv)
-    result = run_side_by_side(steps(args.results_dir))
+    if args.slots is not None and args.slots < 0:
+        parser.error(f"--slots must be >= 0, got {args.slots}")
+    result = run_side_by_side(steps(args.results_dir), slots=args.slots)
     if "failed" in result:
         print(f"failed: {result['failed']}", file=sys.stderr)
         code = int(result["exit_code"])

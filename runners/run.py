@@ -43,6 +43,7 @@ from runners.config import ConfigError, RunSpec, validate
 from runners.identity import Variant, stream_identity, variant_of
 from runners.llm.backend import BackendExhausted
 from runners.preflight import check_command_line
+from runners import slots
 from runners.runlog import PARTIAL_EPISODES, StreamLog, differences, partial_summary, stream_dir
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,8 @@ def execute(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSummary:
         print(plan(spec).describe(f"{spec.name} {spec.env.label} {spec.memory.label}"), flush=True)
         return RunSummary(())
     variant = variant_of(cfg, choices, str(CONF_DIR))
-    return run_interruptible(run_spec(spec, variant))
+    with slots.held():  # a no-op unless `make reproduce` shares the cores among its experiments
+        return run_interruptible(run_spec(spec, variant))
 
 
 def run_interruptible(main: Coroutine[Any, Any, RunSummary]) -> RunSummary:

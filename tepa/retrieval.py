@@ -23,7 +23,7 @@ DEFAULT_TOP_K = 8
 _chronological = operator.attrgetter("t", "ref")
 _TOKEN = re.compile(r"[a-z0-9]+")
 _TOKENS_BY_ITEM: dict[int, tuple[Evidence, tuple[str, ...]]] = {}  # see _evidence_tokens
-_TOKENS_BY_ITEM_SIZE = 1 << 16
+_TOKENS_BY_ITEM_SIZE = 1 << 19
 _second = operator.itemgetter(1)
 _Shape = tuple[int, tuple[str, ...]]  # a document's length and its query-term tokens, in document order
 

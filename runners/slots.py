@@ -1,0 +1,113 @@
+"""At most N jobs running at once across processes, the most urgent first: CPU slots for `make reproduce`.
+
+`make reproduce` runs its experiments side by side, each a sweep with two jobs at a time. Left alone,
+eight jobs would share the two cores, and switching between them cost about a sixth more CPU than
+running them two at a time. So `runners.reproduce` creates a slot folder and names it in the
+environment (`TEPA_JOB_SLOTS`, with each experiment's `TEPA_JOB_PRIORITY`), and every job holds a slot
+while it runs (`held`). A job waits while all slots are taken or a job of a more urgent priority (a
+smaller number) waits, so the experiment on the critical path goes first and the others fill the gaps.
+
+A slot is an `flock` on a file of the folder: the kernel releases it when its holder exits, however it
+exits, so a killed job never keeps a slot. Without `TEPA_JOB_SLOTS`, `held` does nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+SLOTS_ENV = "TEPA_JOB_SLOTS"
+PRIORITY_ENV = "TEPA_JOB_PRIORITY"
+#: Seconds between looks for a free slot (a waiting job costs about 50 µs of CPU per look).
+POLL_S = 0.02
+_SLOT = "slot-"
+_WAITING = "waiting-"
+
+
+def create(folder: str | os.PathLike[str], n: int) -> Path:
+    """Make `folder` a slot folder of `n` slots (n >= 1) and return it."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"slots must be a positive integer, got {n!r}")
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        (path / f"{_SLOT}{i}").touch()
+    return path
+
+
+@contextlib.contextmanager
+def held(environ: os._Environ[str] | dict[str, str] | None = None) -> Iterator[int | None]:
+    """Hold a slot of the folder named by `TEPA_JOB_SLOTS` (yields its number) for the block; without
+    that variable, yield None at once. The wait ends with KeyboardInterrupt on SIGINT like any sleep."""
+    env = os.environ if environ is None else environ
+    folder = env.get(SLOTS_ENV)
+    if not folder:
+        yield None
+        return
+    try:
+        priority = int(env.get(PRIORITY_ENV, "0"))
+    except ValueError:
+        raise ValueError(f"{PRIORITY_ENV} must be an integer, got {env[PRIORITY_ENV]!r}") from None
+    slots = sorted(Path(folder).glob(f"{_SLOT}*"))
+    if not slots:
+        raise ValueError(f"{SLOTS_ENV}={folder}: not a slot folder (no {_SLOT}* files)")
+    marker = Path(folder) / f"{_WAITING}{priority}-{os.getpid()}"
+    mark = os.open(marker, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(mark, fcntl.LOCK_EX)  # held while waiting: a marker nobody holds is a dead waiter's
+    handle = None
+    try:
+        while handle is None:
+            if not _more_urgent_waiting(Path(folder), priority):
+                handle = _take(slots)
+            if handle is None:
+                time.sleep(POLL_S)
+    finally:
+        marker.unlink(missing_ok=True)
+        os.close(mark)
+    fd, number = handle
+    try:
+        yield number
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _take(slots: list[Path]) -> tuple[int, int] | None:
+    """(fd, number) of a slot this process now holds, or None when every slot is held."""
+    for number, slot in enumerate(slots):
+        fd = _locked(slot)
+        if fd is not None:
+            return fd, number
+    return None
+
+
+def _more_urgent_waiting(folder: Path, priority: int) -> bool:
+    """Whether a process of a smaller priority number waits for a slot (the markers of waiters that
+    died waiting, which nobody holds any more, are removed)."""
+    for name in os.listdir(folder):
+        level = name[len(_WAITING) :].rpartition("-")[0] if name.startswith(_WAITING) else ""
+        if not level.lstrip("-").isdigit() or int(level) >= priority:
+            continue
+        try:
+            fd = _locked(folder / name)
+        except FileNotFoundError:
+            continue  # it got its slot meanwhile
+        if fd is None:
+            return True
+        (folder / name).unlink(missing_ok=True)
+        os.close(fd)
+    return False
+
+
+def _locked(path: Path) -> int | None:
+    """An fd holding an exclusive lock on `path`, or None when another process holds one."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
