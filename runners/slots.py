@@ -8,7 +8,11 @@ while it runs (`held`). A job waits while all slots are taken or a job of a more
 smaller number) waits, so the experiment on the critical path goes first and the others fill the gaps.
 
 A slot is an `flock` on a file of the folder: the kernel releases it when its holder exits, however it
-exits, so a killed job never keeps a slot. Without `TEPA_JOB_SLOTS`, `held` does nothing.
+exits, so a killed job never keeps a slot. A slot may name a CPU (one per slot, `create(..., pin=True)`):
+its holder then runs on that CPU alone, and so do the processes it starts. A job of the executable
+environment hands every tool call to a worker process and waits for its answer; on one CPU the two take
+turns with warm caches, and this cut the CPU time of such a job by about a seventh. Without
+`TEPA_JOB_SLOTS`, `held` does nothing.
 """
 
 from __future__ import annotations
@@ -28,14 +32,18 @@ _SLOT = "slot-"
 _WAITING = "waiting-"
 
 
-def create(folder: str | os.PathLike[str], n: int) -> Path:
-    """Make `folder` a slot folder of `n` slots (n >= 1) and return it."""
+def create(folder: str | os.PathLike[str], n: int, pin: bool = False) -> Path:
+    """Make `folder` a slot folder of `n` slots (n >= 1) and return it. With `pin`, slot i names the
+    i-th CPU this process may use (there must be n of them at least)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"slots must be a positive integer, got {n!r}")
+    cpus = sorted(os.sched_getaffinity(0)) if pin else []
+    if pin and len(cpus) < n:
+        raise ValueError(f"cannot pin {n} slots to {len(cpus)} CPUs")
     path = Path(folder)
     path.mkdir(parents=True, exist_ok=True)
     for i in range(n):
-        (path / f"{_SLOT}{i}").touch()
+        (path / f"{_SLOT}{i}").write_text(str(cpus[i]) if pin else "")
     return path
 
 
@@ -69,9 +77,15 @@ def held(environ: os._Environ[str] | dict[str, str] | None = None) -> Iterator[i
         marker.unlink(missing_ok=True)
         os.close(mark)
     fd, number = handle
+    cpu = os.pread(fd, 32, 0).strip()
+    previous = os.sched_getaffinity(0)
     try:
+        if cpu:
+            os.sched_setaffinity(0, {int(cpu)})
         yield number
     finally:
+        if cpu:
+            os.sched_setaffinity(0, previous)  # a launcher's worker runs more jobs
         os.close(fd)  # releases the lock
 
 
