@@ -26,10 +26,11 @@ from pathlib import Path
 
 SLOTS_ENV = "TEPA_JOB_SLOTS"
 PRIORITY_ENV = "TEPA_JOB_PRIORITY"
-#: Seconds between looks for a free slot (a waiting job costs about 50 µs of CPU per look).
+#: Seconds between looks for a free slot (only one waiting job looks at a time).
 POLL_S = 0.02
 _SLOT = "slot-"
 _WAITING = "waiting-"
+_TURNSTILE = "turnstile"
 
 
 def create(folder: str | os.PathLike[str], n: int, pin: bool = False) -> Path:
@@ -66,17 +67,13 @@ def held(environ: os._Environ[str] | dict[str, str] | None = None) -> Iterator[i
     marker = Path(folder) / f"{_WAITING}{priority}-{os.getpid()}"
     mark = os.open(marker, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(mark, fcntl.LOCK_EX)  # held while waiting: a marker nobody holds is a dead waiter's
-    handle = None
+    turn = os.open(Path(folder) / _TURNSTILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        while handle is None:
-            if not _more_urgent_waiting(Path(folder), priority):
-                handle = _take(slots)
-            if handle is None:
-                time.sleep(POLL_S)
+        fd, number = _wait(Path(folder), slots, priority, turn)
     finally:
         marker.unlink(missing_ok=True)
         os.close(mark)
-    fd, number = handle
+        os.close(turn)
     cpu = os.pread(fd, 32, 0).strip()
     previous = os.sched_getaffinity(0)
     try:
@@ -87,6 +84,22 @@ def held(environ: os._Environ[str] | dict[str, str] | None = None) -> Iterator[i
         if cpu:
             os.sched_setaffinity(0, previous)  # a launcher's worker runs more jobs
         os.close(fd)  # releases the lock
+
+
+def _wait(folder: Path, slots: list[Path], priority: int, turn: int) -> tuple[int, int]:
+    """Wait for a slot: (fd, number). One waiter at a time looks (it holds the turnstile; the others
+    sleep in the kernel, costing nothing) and hands its turn on while a more urgent job waits."""
+    while True:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        try:
+            while not _more_urgent_waiting(folder, priority):
+                handle = _take(slots)
+                if handle is not None:
+                    return handle
+                time.sleep(POLL_S)
+        finally:
+            fcntl.flock(turn, fcntl.LOCK_UN)
+        time.sleep(POLL_S)  # the more urgent waiter takes the turnstile meanwhile
 
 
 def _take(slots: list[Path]) -> tuple[int, int] | None:
