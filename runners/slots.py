@@ -24,6 +24,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from runners.config import ConfigError
+
 SLOTS_ENV = "TEPA_JOB_SLOTS"
 PRIORITY_ENV = "TEPA_JOB_PRIORITY"
 #: Seconds between looks for a free slot (only one waiting job looks at a time).
@@ -60,10 +62,10 @@ def held(environ: os._Environ[str] | dict[str, str] | None = None) -> Iterator[i
     try:
         priority = int(env.get(PRIORITY_ENV, "0"))
     except ValueError:
-        raise ValueError(f"{PRIORITY_ENV} must be an integer, got {env[PRIORITY_ENV]!r}") from None
+        raise ConfigError(f"{PRIORITY_ENV} must be an integer, got {env[PRIORITY_ENV]!r}") from None
     slots = sorted(Path(folder).glob(f"{_SLOT}*"))
     if not slots:
-        raise ValueError(f"{SLOTS_ENV}={folder}: not a slot folder (no {_SLOT}* files)")
+        raise ConfigError(f"{SLOTS_ENV}={folder}: not a slot folder (no {_SLOT}* files)")
     marker = Path(folder) / f"{_WAITING}{priority}-{os.getpid()}"
     mark = os.open(marker, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(mark, fcntl.LOCK_EX)  # held while waiting: a marker nobody holds is a dead waiter's

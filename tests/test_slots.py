@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from runners import slots
+from runners.config import ConfigError
 from tests.helpers.runner import cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,6 +27,7 @@ def holder(folder: Path, priority: int, seconds: float, tag: str, log: Path) -> 
     code = textwrap.dedent(f"""
         import time
         from runners import slots
+from runners.config import ConfigError
         with slots.held():
             with open({str(log)!r}, "a") as out:
                 out.write({tag!r} + "\\n")
@@ -97,9 +99,9 @@ def test_a_pinned_slot_runs_its_holder_on_its_cpu_and_gives_the_cpus_back_after(
 def test_a_slot_folder_is_checked(tmp_path):
     with pytest.raises(ValueError, match="positive integer"):
         slots.create(tmp_path / "s", 0)
-    with pytest.raises(ValueError, match="not a slot folder"), slots.held({slots.SLOTS_ENV: str(tmp_path)}):
+    with pytest.raises(ConfigError, match="not a slot folder"), slots.held({slots.SLOTS_ENV: str(tmp_path)}):
         pass
-    with pytest.raises(ValueError, match="TEPA_JOB_PRIORITY must be an integer"):
+    with pytest.raises(ConfigError, match="TEPA_JOB_PRIORITY must be an integer"):
         with slots.held({slots.SLOTS_ENV: str(slots.create(tmp_path / "s", 1)), slots.PRIORITY_ENV: "x"}):
             pass
 
