@@ -27,7 +27,6 @@ def holder(folder: Path, priority: int, seconds: float, tag: str, log: Path) -> 
     code = textwrap.dedent(f"""
         import time
         from runners import slots
-from runners.config import ConfigError
         with slots.held():
             with open({str(log)!r}, "a") as out:
                 out.write({tag!r} + "\\n")
