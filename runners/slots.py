@@ -66,9 +66,13 @@ def held(environ: os._Environ[str] | dict[str, str] | None = None) -> Iterator[i
     slots = sorted(Path(folder).glob(f"{_SLOT}*"))
     if not slots:
         raise ConfigError(f"{SLOTS_ENV}={folder}: not a slot folder (no {_SLOT}* files)")
+    # The marker is locked while its job waits (a marker nobody holds is a dead waiter's), so it is
+    # locked before it gets its name: others would take a fresh unlocked one for a dead waiter's.
     marker = Path(folder) / f"{_WAITING}{priority}-{os.getpid()}"
-    mark = os.open(marker, os.O_RDWR | os.O_CREAT, 0o644)
-    fcntl.flock(mark, fcntl.LOCK_EX)  # held while waiting: a marker nobody holds is a dead waiter's
+    unnamed = Path(folder) / f"new-{os.getpid()}"
+    mark = os.open(unnamed, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(mark, fcntl.LOCK_EX)
+    os.rename(unnamed, marker)
     turn = os.open(Path(folder) / _TURNSTILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fd, number = _wait(Path(folder), slots, priority, turn)

@@ -22,15 +22,19 @@ ROOT = Path(__file__).resolve().parents[1]
 PINNABLE = hasattr(os, "sched_setaffinity")
 
 
-def holder(folder: Path, priority: int, seconds: float, tag: str, log: Path) -> subprocess.Popen[str]:
-    """A process that takes a slot, appends `tag` to `log` when it has it, and keeps it `seconds`."""
+def holder(
+    folder: Path, priority: int, tag: str, log: Path, release: Path | None = None
+) -> subprocess.Popen[str]:
+    """A process that takes a slot, appends `tag` to `log` when it has it, and keeps it until `release`
+    exists (None: gives it back at once)."""
     code = textwrap.dedent(f"""
-        import time
+        import os, time
         from runners import slots
         with slots.held():
             with open({str(log)!r}, "a") as out:
                 out.write({tag!r} + "\\n")
-            time.sleep({seconds})
+            while {str(release) if release else ""!r} and not os.path.exists({str(release)!r}):
+                time.sleep(0.02)
     """)
     env = {
         **os.environ,
@@ -39,6 +43,14 @@ def holder(folder: Path, priority: int, seconds: float, tag: str, log: Path) -> 
         slots.PRIORITY_ENV: str(priority),
     }
     return subprocess.Popen([sys.executable, "-c", code], env=env, text=True)
+
+
+def waiting(folder: Path, n: int, timeout: float = 20.0) -> None:
+    """Wait until `n` processes wait for a slot of `folder` (their markers are there)."""
+    deadline = time.monotonic() + timeout
+    while len(list(folder.glob("waiting-*"))) < n:
+        assert time.monotonic() < deadline, f"fewer than {n} waiters after {timeout} s"
+        time.sleep(0.02)
 
 
 def wait_for_lines(log: Path, n: int, timeout: float = 20.0) -> list[str]:
@@ -57,12 +69,15 @@ def test_without_a_slot_folder_holding_a_slot_does_nothing():
 
 
 def test_no_more_jobs_than_slots_run_at_once_and_the_most_urgent_waiting_job_goes_next(tmp_path):
-    folder, log = slots.create(tmp_path / "slots", 1), tmp_path / "log"
-    first = holder(folder, 5, 1.5, "first", log)
+    folder, log, release = slots.create(tmp_path / "slots", 1), tmp_path / "log", tmp_path / "release"
+    first = holder(folder, 5, "first", log, release)
     assert wait_for_lines(log, 1) == ["first"]
-    later = holder(folder, 3, 0.0, "later", log)  # less urgent, but waiting first
-    time.sleep(0.3)
-    urgent = holder(folder, 0, 0.0, "urgent", log)
+    later = holder(folder, 3, "later", log)  # less urgent, but waiting first
+    waiting(folder, 1)
+    urgent = holder(folder, 0, "urgent", log)
+    waiting(folder, 2)
+    assert log.read_text().split() == ["first"]  # one slot: both wait
+    release.touch()
     for proc in (first, later, urgent):
         assert proc.wait(timeout=30) == 0
     assert log.read_text().split() == ["first", "urgent", "later"]
@@ -71,7 +86,7 @@ def test_no_more_jobs_than_slots_run_at_once_and_the_most_urgent_waiting_job_goe
 def test_a_killed_holder_frees_its_slot_and_a_dead_waiter_blocks_nobody(tmp_path):
     folder, log = slots.create(tmp_path / "slots", 1), tmp_path / "log"
     (folder / "waiting-0-999999999").touch()  # a waiter killed while waiting: nobody holds its marker
-    stuck = holder(folder, 1, 600, "stuck", log)
+    stuck = holder(folder, 1, "stuck", log, tmp_path / "never")
     assert wait_for_lines(log, 1) == ["stuck"]
     stuck.send_signal(signal.SIGKILL)
     stuck.wait()
