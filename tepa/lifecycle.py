@@ -195,7 +195,7 @@ class PrecedentMemory:
             # p._evidence is the cached p.evidence(), rebuilt only after an update (the hot path)
             candidates = [p._evidence or p.evidence() for p in group.values() if p.state is _ACTIVE]
         else:
-            candidates = [p.evidence() for p in self._active.values()]
+            candidates = [p._evidence or p.evidence() for p in self._active.values()]
         return rank(candidates, query, self.top_k)
 
     def feedback(self, used: list[Evidence], success: bool, t: int) -> None:
