@@ -277,10 +277,9 @@ class PrecedentMemory:
         return len(recent) >= self.m_rec and sum(recent) / len(recent) < self.theta_rec
 
     def _create(self, obs: Observation, group: dict[str, Precedent]) -> None:
-        # Every field up to `history`, positionally (keywords cost half as much again; creation is the hot
-        # path of a fact stream), `history` given rather than left to its default factory.
-        # id, key, value, created_t, recent (maxlen W, positional), s, f, s_epoch, f_epoch, epoch, state,
-        # updated_t, text, source, trial_rounds, history
+        # Positional, in field order (keywords cost half as much again; creation is a fact stream's hot
+        # path): id, key, value, created_t, recent (maxlen W), s, f, s_epoch, f_epoch, epoch, state,
+        # updated_t, text, source, trial_rounds, history (given: its default factory costs a call).
         p = Precedent(
             len(self._all), obs.key, obs.value, obs.t, deque((), self.W), 1, 0, 1, 0, 0, _HYPOTHESIS,
             obs.t, obs.text, obs.source, 0, [],
