@@ -14,6 +14,20 @@ from tepa.precedent import LifecycleEvent, Precedent
 
 _new_event = tuple.__new__  # a LifecycleEvent from its full field tuple, without NamedTuple's slower __new__
 
+#: The fields of a logged event, in order, with their types (`runners.runlog` writes rows of exactly
+#: this layout from a template).
+EVENT_LAYOUT: tuple[tuple[str, type], ...] = (
+    ("t", int),
+    ("event", str),
+    ("reason", str),
+    ("id", int),
+    ("key", str),
+    ("value", str),
+    ("s", int),
+    ("f", int),
+    ("state", str),
+)
+
 
 class Archive:
     """Revoked precedents plus the not-yet-drained event log of one memory."""
@@ -58,7 +72,7 @@ class Archive:
                 "event": event,
                 "reason": reason,
                 "id": precedent.id,
-                "key": precedent.key_text(),
+                "key": precedent._key_text or precedent.key_text(),  # no call once cached
                 "value": precedent.value,
                 "s": precedent.s,
                 "f": precedent.f,

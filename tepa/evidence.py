@@ -59,7 +59,8 @@ def check_observation(obs: Observation) -> None:
     Every memory's `observe` calls it first. A NaN key is stored but never equals itself, so it can
     never be retrieved; an unhashable key cannot be stored; a `holds` that is not a bool (the string
     "False" is truthy) would count as the opposite claim; `t` orders evidence and must be an integer.
-    The common case (str/int/None key, bool holds, int t) costs a few type checks.
+    The common case (a str/int/None key or a tuple of str/int, bool holds, int t) costs a few type
+    checks: such a key is hashable and holds no NaN.
     """
     key, holds, t = obs.key, obs.holds, obs.t
     if type(holds) is not bool:
@@ -70,12 +71,17 @@ def check_observation(obs: Observation) -> None:
         raise ValueError(f"observation.value={obs.value!r}: must be a str")
     if key is None or type(key) is str or type(key) is int:
         return
+    if type(key) is tuple and _PLAIN_PARTS.issuperset(map(type, key)):
+        return
     try:
         hash(key)
     except TypeError:
         raise ValueError(f"observation.key={key!r}: must be hashable") from None
     if _has_nan(key):
         raise ValueError(f"observation.key={key!r}: must not be or contain NaN (it never equals itself)")
+
+
+_PLAIN_PARTS = frozenset({str, int})  # key parts that are hashable and never NaN
 
 
 def _has_nan(key: object) -> bool:

@@ -195,7 +195,7 @@ class PrecedentMemory:
             # p._evidence is the cached p.evidence(), rebuilt only after an update (the hot path)
             candidates = [p._evidence or p.evidence() for p in group.values() if p.state is _ACTIVE]
         else:
-            candidates = [p.evidence() for p in self._active.values()]
+            candidates = [p._evidence or p.evidence() for p in self._active.values()]
         return rank(candidates, query, self.top_k)
 
     def feedback(self, used: list[Evidence], success: bool, t: int) -> None:
@@ -277,19 +277,13 @@ class PrecedentMemory:
         return len(recent) >= self.m_rec and sum(recent) / len(recent) < self.theta_rec
 
     def _create(self, obs: Observation, group: dict[str, Precedent]) -> None:
+        # Positional, in field order (keywords cost half as much again; creation is a fact stream's hot
+        # path): id, key, value, created_t, recent (maxlen W), s, f, s_epoch, f_epoch, epoch, state,
+        # updated_t, text, source, trial_rounds, history (given: its default factory costs a call).
         p = Precedent(
-            id=len(self._all),
-            key=obs.key,
-            value=obs.value,
-            created_t=obs.t,
-            recent=deque((), self.W),  # positional: half the cost of maxlen=
-            s=1,
-            s_epoch=1,
-            updated_t=obs.t,
-            text=obs.text,
-            source=obs.source,
-            history=[],  # given, not left to the default factory: creation is on the hot path
-        )
+            len(self._all), obs.key, obs.value, obs.t, deque((), self.W), 1, 0, 1, 0, 0, _HYPOTHESIS,
+            obs.t, obs.text, obs.source, 0, [],
+        )  # fmt: skip
         self._all.append(p)
         group[obs.value] = p
         self._n_hypothesis += 1

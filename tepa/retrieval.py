@@ -22,8 +22,12 @@ from tepa.evidence import Evidence, Query
 DEFAULT_TOP_K = 8
 _chronological = operator.attrgetter("t", "ref")
 _TOKEN = re.compile(r"[a-z0-9]+")
-_TOKENS_BY_ITEM: dict[int, tuple[Evidence, tuple[str, ...]]] = {}  # see _evidence_tokens
+_TOKENS_BY_LIST: dict[tuple[int, int], tuple[list[Evidence], list[tuple[str, ...]]]] = {}  # _evidence_tokens
+_TOKENS_BY_LIST_SIZE = 32
+_TOKENS_BY_ITEM: dict[int, tuple[Evidence, tuple[str, ...]]] = {}  # see _item_tokens
 _TOKENS_BY_ITEM_SIZE = 1 << 19
+_SCORES_BY_QUERY: dict[str, tuple[list[tuple[str, ...]], list[float]]] = {}  # see _query_scores
+_SCORES_BY_QUERY_SIZE = 64
 _second = operator.itemgetter(1)
 _Shape = tuple[int, tuple[str, ...]]  # a document's length and its query-term tokens, in document order
 
@@ -40,23 +44,46 @@ def _doc_tokens(doc: str) -> tuple[str, ...]:
 
 
 def _evidence_tokens(items: list[Evidence]) -> list[tuple[str, ...]]:
-    """The tokens of each item's document (key, value and text).
+    """The tokens of each item's document (key, value and text); `items` is not empty.
 
-    Cached by the item's identity, because memories hand the same Evidence objects to query after query
-    and building each document's text (`str` of a tuple key) cost more than scoring it. Each entry holds
+    A memory whose content does not change between queries (every question of MemoryAgentBench) hands
+    the same items in the same order again, so the tokens of the last lists asked are remembered whole,
+    keyed by their length and first item and used when every item is the same object (each entry
+    holds its items, so their ids are theirs, and items are immutable tuples, so their tokens cannot
+    go stale). Otherwise each item's tokens come from `_item_tokens`. Callers must not modify the
+    returned list.
+    """
+    whole = (len(items), id(items[0]))
+    found = _TOKENS_BY_LIST.get(whole)
+    if found is not None and all(map(operator.is_, found[0], items)):
+        return found[1]
+    tokens = _item_tokens(items)
+    if len(_TOKENS_BY_LIST) >= _TOKENS_BY_LIST_SIZE:
+        _TOKENS_BY_LIST.clear()
+    _TOKENS_BY_LIST[whole] = (items, tokens)
+    return tokens
+
+
+def _item_tokens(items: list[Evidence]) -> list[tuple[str, ...]]:
+    """The tokens of each item's document, cached by the item's identity.
+
+    Memories hand the same Evidence objects to query after query, also when some items changed, and
+    building each document's text (`str` of a tuple key) cost more than scoring it. Each entry holds
     its item, so an id found in the cache is that item's (a live object's id is unique), and items are
-    immutable tuples, so their tokens cannot go stale. The cache is emptied when full; misses still
-    find the document's tokens in `_doc_tokens`.
+    immutable tuples, so their tokens cannot go stale. The cache is emptied when full; misses, built
+    in one pass, still find the document's tokens in `_doc_tokens`.
     """
     cache = _TOKENS_BY_ITEM
     found = list(map(cache.get, map(id, items)))
     if None in found:
         if len(cache) + len(items) > _TOKENS_BY_ITEM_SIZE:
             cache.clear()
-        for i, entry in enumerate(found):
-            if entry is None:
-                e = items[i]
-                found[i] = cache[id(e)] = (e, _doc_tokens(f"{e.key} {e.value} {e.text}"))
+            missing = items
+        else:
+            missing = [e for e, entry in zip(items, found, strict=True) if entry is None]
+        docs = [f"{e.key} {e.value} {e.text}" for e in missing]
+        cache.update(zip(map(id, missing), zip(missing, map(_doc_tokens, docs), strict=True), strict=True))
+        found = list(map(cache.get, map(id, items)))
     return list(map(_second, found))
 
 
@@ -83,6 +110,26 @@ def _bm25(query: str, docs: list[tuple[str, ...]], k1: float = 1.5, b: float = 0
     idf = _idf(q_terms, first, Counter(shape_of), len(docs))
     score = {i: _shape_score(shape, idf, avgdl, k1, b) for shape, i in first.items()}
     return list(map(score.__getitem__, shape_of))
+
+
+def _query_scores(query: str, docs: list[tuple[str, ...]]) -> list[float]:
+    """`_bm25` of `query` over `docs`, remembered per query text with the documents it scored.
+
+    The streams of one run (one per seed) often hold the same documents and ask the same questions:
+    what a memory keeps of MemoryAgentBench's facts does not depend on the seed, and scoring its 18k
+    facts was most of a question's cost. A remembered result is used only for equal documents, so it
+    cannot go stale; the check is cheap because equal documents are mostly the same token tuples
+    (`_doc_tokens`), which compare by identity. The memo is emptied when full. Callers must not
+    modify the returned list.
+    """
+    found = _SCORES_BY_QUERY.get(query)
+    if found is not None and found[0] == docs:
+        return found[1]
+    scores = _bm25(query, docs)
+    if len(_SCORES_BY_QUERY) >= _SCORES_BY_QUERY_SIZE:
+        _SCORES_BY_QUERY.clear()
+    _SCORES_BY_QUERY[query] = (docs, scores)
+    return scores
 
 
 def _idf(q_terms: set[str], first: dict[_Shape, int], n_docs: Counter, n: int) -> dict[str, float]:
@@ -119,7 +166,7 @@ def rank(candidates: Iterable[Evidence], query: Query, top_k: int = DEFAULT_TOP_
     items = list(candidates)
     if not items or top_k <= 0:
         return []
-    scores = _bm25(query.text, _evidence_tokens(items))
+    scores = _query_scores(query.text, _evidence_tokens(items))
     best = [items[i] for i in _top(scores, items, top_k)]
     return sorted(best, key=_chronological)
 

@@ -119,3 +119,39 @@ def test_ties_at_the_cut_break_by_later_t_then_higher_ref_then_position(top_k):
     ]
     query = Query(text="same")
     assert [id(e) for e in rank(same, query, top_k)] == [id(e) for e in reference_rank(same, query, top_k)]
+
+
+def test_a_remembered_token_list_is_not_used_once_one_item_is_another_object():
+    """Same length, same first item, equal content, one item replaced: the list memo must not answer
+    for the old list (the new item's key `1.0` tokenises differently from the equal key `1`)."""
+    query = Query(text="0")
+    items = [Evidence(("door", i), "red", True, i, "the door", ref=i) for i in range(5)]
+    assert rank(items, query, 2) == reference_rank(items, query, 2) == items[:1]
+    changed = [*items[:-1], Evidence(("door", 4.0), "red", True, 4, "the door", ref=4)]
+    assert changed == items  # equal tuples, but not the same objects
+    got = rank(changed, query, 2)
+    assert [id(e) for e in got] == [id(e) for e in reference_rank(changed, query, 2)]
+    assert [id(e) for e in got] == [id(changed[0]), id(changed[-1])]
+
+
+def test_remembered_scores_are_used_only_for_the_same_documents():
+    """One question asked over two memories in turn, each twice: the scores memo (per query text) must
+    answer with the scores of the documents asked, not those it remembered last."""
+    query = Query(text="capital paris")
+    small = [Evidence(("France", "P36"), "Paris", True, 0, "capital", ref=0)]
+    large = small + [Evidence(("Texas", "P36"), "Austin", True, i, "capital", ref=i) for i in range(1, 4)]
+    other = [Evidence(("Paris", "P17"), "France", True, i, "paris paris", ref=i) for i in range(4)]
+    for items in (small, large, other, large, small, other):
+        for _ in range(2):
+            got = rank(list(items), query, 2)
+            assert [id(e) for e in got] == [id(e) for e in reference_rank(items, query, 2)]
+
+
+def test_remembered_token_lists_and_scores_are_emptied_when_full(monkeypatch):
+    monkeypatch.setattr(retrieval, "_TOKENS_BY_LIST_SIZE", 2)
+    monkeypatch.setattr(retrieval, "_SCORES_BY_QUERY_SIZE", 2)
+    for round_ in range(6):
+        items = [Evidence(("k", round_), f"v{i}", True, i, "text", ref=i) for i in range(3)]
+        query = Query(text=f"v{round_ % 3} text")
+        assert rank(items, query, 2) == reference_rank(items, query, 2)
+        assert len(retrieval._TOKENS_BY_LIST) <= 2 and len(retrieval._SCORES_BY_QUERY) <= 2
