@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
@@ -56,6 +58,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _start_drawing(parent: int) -> None:
+    """In the drawing process: ignore Ctrl-C (the parent handles it) and end as soon as the parent is
+    gone, even killed without a chance to stop it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 @contextmanager
 def drawing_process() -> Iterator[Executor]:
     """A second process that draws figures while this one computes the metrics and tables.
@@ -63,9 +78,10 @@ def drawing_process() -> Iterator[Executor]:
     Started at once, before any log is read: where the platform forks (Linux) it starts with this
     process' modules loaded; elsewhere it imports the plotting code while this process reads the logs.
     It ignores Ctrl-C, which this process handles: on any way out of the block the drawings not started
-    are cancelled, and the block ends once the worker has stopped.
+    are cancelled, and the block ends once the worker has stopped (it also stops when this process is
+    killed).
     """
-    pool = ProcessPoolExecutor(1, initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN))
+    pool = ProcessPoolExecutor(1, initializer=_start_drawing, initargs=(os.getpid(),))
     try:
         pool.submit(importlib.import_module, "analysis.report.figures")
         yield pool
