@@ -50,7 +50,9 @@ class EpisodeRecord(NamedTuple):
 
     def row(self, labels: dict[str, str]) -> dict[str, object]:
         """The record as a log row: `labels` (normally LABELS), then the fields, in COLUMNS order."""
-        return {**labels, **dict(zip(FIELDS, self, strict=True))}
+        row = labels.copy()
+        row.update(zip(FIELDS, self))  # a NamedTuple has exactly its fields; half the cost of {**a, **b}
+        return row
 
 
 #: The record's own fields, in order.

@@ -4,10 +4,10 @@ Every paper experiment on the offline simulated backend, each a Hydra sweep thro
 (two jobs at a time). The experiments share nothing but the results folder, so they run at the same
 time: one after another, each one's start-up and the end of its sweep, where its last and longest job
 runs alone, left one of the two cores idle for about a fifth of the time; side by side, the others
-fill it. Their jobs share CPU slots, one per core (`runners.slots`, `--slots`): eight jobs switching
-on two cores cost about a sixth more CPU than two at a time. The longest experiment's jobs go first,
-the others fill the gaps. MemoryAgentBench runs only when its data is there
-(`python -m envs.memoryagentbench.data` says why not).
+fill it. Their jobs share CPU slots, one per core, each job on its slot's core (`runners.slots`,
+`--slots`): eight jobs switching on two cores cost about a sixth more CPU than two at a time. The
+longest experiment's jobs go first, the others fill the gaps. MemoryAgentBench runs only when its data
+is there (`python -m envs.memoryagentbench.data` says why not).
 
 Each experiment's output is printed when it ends, with its wall time. The exit status is 0 when every
 experiment that ran succeeded, else the first failure's. SIGINT (Ctrl-C reaches every experiment) and
@@ -58,9 +58,13 @@ def steps(results_dir: str, python: str = sys.executable) -> list[Step]:
     ]
 
 
+#: Whether jobs can be pinned to a CPU (Linux).
+PINNABLE = hasattr(os, "sched_setaffinity")
+
+
 def cores() -> int:
     """The CPUs this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return len(os.sched_getaffinity(0)) if PINNABLE else os.cpu_count() or 1
 
 
 def run_side_by_side(
@@ -78,7 +82,8 @@ def run_side_by_side(
     with tempfile.TemporaryDirectory(prefix="tepa-slots-") as folder:
         shared = dict(os.environ)
         if slots != 0:
-            shared[job_slots.SLOTS_ENV] = str(job_slots.create(folder, cores() if slots is None else slots))
+            n = cores() if slots is None else slots
+            shared[job_slots.SLOTS_ENV] = str(job_slots.create(folder, n, pin=PINNABLE and n <= cores()))
         return _run(todo, echo, cwd, shared)
 
 

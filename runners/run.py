@@ -37,13 +37,13 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from runners import slots
 from runners.agent.loop import ReplayMismatch, replay_problem, run_stream
 from runners.compose import CONF_DIR, PROJECT_ROOT
 from runners.config import ConfigError, RunSpec, validate
 from runners.identity import Variant, stream_identity, variant_of
 from runners.llm.backend import BackendExhausted
 from runners.preflight import check_command_line
-from runners import slots
 from runners.runlog import PARTIAL_EPISODES, StreamLog, differences, partial_summary, stream_dir
 
 log = logging.getLogger(__name__)

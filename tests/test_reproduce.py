@@ -80,3 +80,13 @@ def test_sigterm_is_passed_on_to_every_experiment_still_running(tmp_path):
     stdout, _ = proc.communicate(timeout=30)
     assert time.monotonic() - start < 10  # not the experiments' 60 s
     assert "exit -15" in stdout  # each was stopped by the SIGTERM passed on
+
+
+def test_the_experiments_share_one_slot_per_core_and_earlier_ones_come_first(capsys):
+    env = "os.environ.get('TEPA_JOB_PRIORITY'), bool(os.environ.get('TEPA_JOB_SLOTS'))"
+    show = [PY, "-c", f"import os; print('env', {env})"]
+    reproduce.run_side_by_side([Step("a", None, show), Step("b", None, show)])
+    printed = capsys.readouterr().out
+    assert "env 0 True" in printed.split("--- b")[0] and "env 1 True" in printed.split("--- b")[1]
+    reproduce.run_side_by_side([Step("a", None, show)], slots=0)
+    assert "env 0 False" in capsys.readouterr().out

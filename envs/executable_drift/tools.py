@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, BinaryIO, ClassVar, NoReturn
 
-from envs.executable_drift.sandbox import Refused, Sandbox
+from envs.executable_drift.sandbox import Refused, Sandbox, read_plain
 
 
 class ToolError(Exception):
@@ -234,15 +234,13 @@ class Tool(ABC):
         """Check the job's artefact on disk against `version`'s convention; None when it is right."""
         convention = self.conventions[VERSIONS[version].convention]
         out = self.params(subject, convention)["out"]
-        path = os.path.join(sandbox.root, out)
-        if os.path.islink(path) or not os.path.isfile(path):
-            return f"check failed: {out} was not produced"
         try:
-            with open(path, "rb") as handle:
-                data = handle.read()
+            data = read_plain(f"{sandbox.root}/{out}")
         except OSError as exc:
             problem: str | None = f"unreadable ({type(exc).__name__}: {exc})"
         else:
+            if data is None:
+                return f"check failed: {out} was not produced"
             key = (self.name, self.check_key(data), subject, frozenset(fixture.items()), convention)
             if key not in _CHECKED:
                 if len(_CHECKED) >= MAX_CHECKED:
