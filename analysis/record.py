@@ -50,8 +50,8 @@ class EpisodeRecord(NamedTuple):
 
     def row(self, labels: dict[str, str]) -> dict[str, object]:
         """The record as a log row: `labels` (normally LABELS), then the fields, in COLUMNS order."""
-        row = labels.copy()
-        row.update(zip(FIELDS, self))  # a NamedTuple has exactly its fields; half the cost of {**a, **b}
+        row = labels.copy()  # then update: half the cost of {**a, **b}
+        row.update(zip(FIELDS, self, strict=False))  # a NamedTuple has exactly its fields
         return row
 
 
