@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
+import os
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 from analysis.data.load import load_runs
 from analysis.data.validate import check_options, check_reference
 from analysis.metrics import DEFAULT_TOLERANCE, DEFAULT_WINDOW, INTERVALS, analyse
 from analysis.report.ablation import ablation_table
-from analysis.report.figures import make_figures
+from analysis.report.figures import Drawing, Job, metric_jobs, success_jobs, timeline_jobs, write_figures
 from analysis.report.readme import SIMULATED_BACKEND_NOTE, write_report
 from analysis.report.tables import build_tables, write_tables
 
@@ -51,9 +58,62 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _start_drawing(parent: int) -> None:
+    """In the drawing process: ignore Ctrl-C (the parent handles it) and end as soon as the parent is
+    gone, even killed without a chance to stop it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+@contextmanager
+def drawing_process() -> Iterator[Executor]:
+    """A second process that draws figures while this one computes the metrics and tables.
+
+    Started at once, before any log is read: where the platform forks (Linux) it starts with this
+    process' modules loaded; elsewhere it imports the plotting code while this process reads the logs.
+    It ignores Ctrl-C, which this process handles: on any way out of the block the drawings not started
+    are cancelled, and the block ends once the worker has stopped (it also stops when this process is
+    killed).
+    """
+    pool = ProcessPoolExecutor(1, initializer=_start_drawing, initargs=(os.getpid(),))
+    try:
+        pool.submit(importlib.import_module, "analysis.report.figures")
+        yield pool
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+def submit(pool: Executor, jobs: list[Job]) -> list[tuple[Job, Future]]:
+    return [(job, pool.submit(job)) for job in jobs]
+
+
+def collect(submitted: list[tuple[Job, Future]]) -> list[Drawing | None]:
+    """The drawings of the submitted jobs, in their order. The jobs the drawing process has not started
+    yet are drawn here instead (their futures cancel), from the end of the list since it takes them
+    from the front: both processes draw until the last figure."""
+    here = {i: job() for i, (job, future) in reversed(list(enumerate(submitted))) if future.cancel()}
+    return [here[i] if i in here else future.result() for i, (_, future) in enumerate(submitted)]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
+    with drawing_process() as drawing:
+        return report(args, drawing)
+
+
+def report(args: argparse.Namespace, drawing: Executor) -> int:
+    """Check every input, then compute and write tables, figures and README.md; the exit code.
+
+    The figures are drawn by `drawing` meanwhile (those that need only the logs while the metrics are
+    computed) and written here, like everything else, only once every check has passed.
+    """
     started = time.perf_counter()
     try:  # every input is checked before anything is written (analysis.data.validate)
         check_options(args.window, args.tolerance, args.out)
@@ -62,9 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         log.error("analysis: %s", error)
         return 2
-    log.info(
-        "loaded %d runs, %d episodes, %d archive events", len(logs.runs), len(logs.episodes), len(logs.events)
-    )
+    events = logs.events["count"].sum()
+    log.info("loaded %d runs, %d episodes, %d archive events", len(logs.runs), len(logs.episodes), events)
+    from_logs = submit(drawing, success_jobs(logs.episodes, logs.runs, args.window))
+    timelines = submit(drawing, timeline_jobs(logs.runs, args.runs))
     analysis = analyse(
         logs,
         window=args.window,
@@ -73,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         intervals=args.intervals,
     )
     log.info("computed metrics")
+    from_metrics = submit(drawing, metric_jobs(analysis))
     tables = build_tables(analysis)
     try:
         ablation = ablation_table(analysis, args.runs)
@@ -83,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         tables.insert(-1, ablation)  # before the closing table of sources
     write_tables(tables, args.out / "tables")
     log.info("wrote %d tables to %s", len(tables), args.out / "tables")
-    figures = make_figures(analysis, logs.episodes, args.out / "figures", runs=logs.runs, root=args.runs)
+    drawings = collect(from_logs + from_metrics + timelines)  # in the report's order
+    figures = write_figures(drawings, args.out / "figures")
     log.info("wrote %d figures to %s", len(figures), args.out / "figures")
     note = (
         args.backend_note.read_text(encoding="utf-8").strip() if args.backend_note else SIMULATED_BACKEND_NOTE

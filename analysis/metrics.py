@@ -433,16 +433,19 @@ def run_costs(episodes: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     """Per run: prompt tokens per episode, lifecycle events from the archive, and trial cost.
 
     promotions / revocations / repromotions count the archive's "promoted" / "revoked" / "repromoted"
-    events. trials and trial_passes are the memory's cumulative counters (a run's total is its largest
-    value; 0 for methods that do not log them). trials_per_promotion = trials / (promotions +
-    repromotions), NaN when nothing was promoted.
+    events (`events`: one count per run and kind, columns run, event, count). trials and trial_passes
+    are the memory's cumulative counters (a run's total is its largest value; 0 for methods that do not
+    log them). trials_per_promotion = trials / (promotions + repromotions), NaN when nothing was
+    promoted.
     """
     frame = episodes.groupby(["run", *LABELS], sort=False)[["trials", "trial_passes"]].max().reset_index()
     if "prompt_tokens" in episodes:
         frame["prompt_tokens"] = frame["run"].map(episodes.groupby("run")["prompt_tokens"].mean())
     else:
         frame["prompt_tokens"] = np.nan
-    counts = events.groupby(["run", "event"]).size().unstack(fill_value=0) if len(events) else pd.DataFrame()
+    counts = (
+        events.set_index(["run", "event"])["count"].unstack(fill_value=0) if len(events) else pd.DataFrame()
+    )
     for column, event in (
         ("promotions", "promoted"),
         ("revocations", "revoked"),

@@ -169,12 +169,8 @@ def test_paired_tests_apply_holm_within_a_setting_and_phase():
 def test_run_costs_from_archive_and_counters():
     episodes = episodes_frame({("tepa_full", 0): {"stable": [1, 1, 1, 1]}, ("lww", 0): {"stable": [1, 0]}})
     episodes.loc[episodes["memory"] == "tepa_full", "trials"] = [0, 5, 5, 10]
-    events = pd.DataFrame(
-        [
-            {"run": "tepa_full/0", "event": e}
-            for e in ("created", "promoted", "revoked", "repromoted", "promoted", "trial")
-        ]
-    )
+    counts = {"created": 1, "promoted": 2, "revoked": 1, "repromoted": 1, "trial": 1}
+    events = pd.DataFrame([{"run": "tepa_full/0", "event": e, "count": n} for e, n in counts.items()])
     costs = run_costs(episodes, events).set_index("memory")
     assert costs.loc["tepa_full", ["promotions", "revocations", "repromotions", "trials"]].tolist() == [
         2,

@@ -56,7 +56,8 @@ class RunLogs:
     """Everything the analysis reads, one frame per log kind.
 
     episodes: one row per episode of every run, plus `run` (the run directory relative to the root).
-    events: one row per archive lifecycle event: `run`, the run's labels and the EVENT_SCHEMA fields.
+    events: how many lifecycle events of each kind every run's archive holds: `run`, the run's labels,
+    `event` and `count` (one row per run and kind it logged).
     runs: one row per run: `run`, the labels, `n_episodes`, and `config` (meta.json flattened to
     dotted keys, e.g. "config.memory.theta_rev").
     """
@@ -128,6 +129,15 @@ def read_events(run_dir: Path) -> pa.Table:
     return pj.read_json(path, parse_options=_EVENT_PARSING)
 
 
+def count_events(run_dir: Path) -> dict[str, int]:
+    """How many lifecycle events of each kind one run's archive.jsonl holds (events naming no kind are not
+    counted). Counted per run in Arrow, so that a full reproduction's millions of events never become
+    rows of a frame."""
+    counts = pc.value_counts(read_events(run_dir)["event"])
+    kinds, numbers = counts.field("values").to_pylist(), counts.field("counts").to_pylist()
+    return {kind: n for kind, n in zip(kinds, numbers, strict=True) if kind is not None}
+
+
 def _labels(table: pa.Table, run: str) -> dict[str, object]:
     labels = {}
     for name in LABELS:
@@ -163,14 +173,7 @@ def _check_unique(runs: pd.DataFrame) -> None:
         )
 
 
-def _with_labels(table: pa.Table, run: str, labels: dict[str, object]) -> pa.Table:
-    """`table` with `run` and the labels as leading columns (one value repeated on every row)."""
-    values = {"run": run, **labels}
-    columns = [pa.repeat(value, table.num_rows) for value in values.values()] + table.columns
-    return pa.Table.from_arrays(columns, names=[*values, *table.column_names])
-
-
-def _read_run(root: Path, run_dir: Path) -> tuple[str, pa.Table, pa.Table, dict]:
+def _read_run(root: Path, run_dir: Path) -> tuple[str, pa.Table, dict[str, int], dict]:
     """A run's files, verified (see the module docstring); a ValueError names what cannot be trusted."""
     meta = read_meta(run_dir)
     if "files" in meta:  # runs written before checksums were recorded are read unverified
@@ -178,7 +181,7 @@ def _read_run(root: Path, run_dir: Path) -> tuple[str, pa.Table, pa.Table, dict]
         if problem is not None:
             raise ValueError(f"{problem}; rerun its experiment to redo it")
     try:
-        return run_dir.relative_to(root).as_posix(), read_episodes(run_dir), read_events(run_dir), meta
+        return run_dir.relative_to(root).as_posix(), read_episodes(run_dir), count_events(run_dir), meta
     except (OSError, pa.ArrowException) as exc:  # a file Arrow cannot read (ArrowInvalid is both)
         reason = str(exc).splitlines()[0] if str(exc) else repr(exc)
         raise ValueError(f"{run_dir}: unreadable ({reason})") from None
@@ -196,7 +199,7 @@ def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:
     tables, events, runs = [], [], []
     with ThreadPoolExecutor(max_workers=_READERS) as pool:
         loaded = pool.map(lambda run_dir: _read_run(root, run_dir), run_dirs)
-        for run, table, archive, meta in tqdm(
+        for run, table, counts, meta in tqdm(
             loaded, total=len(run_dirs), desc="reading runs", unit="run", disable=not progress
         ):
             if table.num_rows == 0:
@@ -204,7 +207,7 @@ def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:
                 continue
             labels = _labels(table, run)
             tables.append(table.append_column("run", pa.repeat(run, table.num_rows)))
-            events.append(_with_labels(archive, run, labels))
+            events += [{"run": run, **labels, "event": kind, "count": n} for kind, n in counts.items()]
             runs.append({"run": run, **labels, "n_episodes": table.num_rows, "config": flatten(meta)})
     if not runs:
         raise ValueError(f"root: no complete runs with episodes under {root}")
@@ -215,5 +218,5 @@ def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:
         episodes[name] = episodes[name].fillna(0).astype("int64") if name in episodes else 0
     episodes["success"] = episodes["success"].astype(bool)
     episodes = episodes.sort_values(["run", "t"], kind="stable").reset_index(drop=True)
-    events_frame = pa.concat_tables(events).to_pandas()
+    events_frame = pd.DataFrame(events, columns=["run", *LABELS, "event", "count"])
     return RunLogs(episodes, events_frame, runs_frame)

@@ -1,6 +1,11 @@
 """Figures: success over time with phase boundaries, MPI per method and phase, threshold-sweep heatmaps,
 and lifecycle timelines of TEPA-Rev against TEPA-NoRev in the drift settings.
 
+Each figure is a job: a picklable call that renders one PNG in memory (a `Drawing`), so that another
+process can draw it while the analysis computes, and only the caller writes files (`write_figures`),
+once every input has been checked. The figures drawn from the logs alone (`log_jobs`) can start before
+the metrics exist; the others need them (`metric_jobs`).
+
 Matplotlib's object API on the Agg canvas (no pyplot, so no global state and no display needed). PNGs
 are written without the "Software" metadata entry (the only version-dependent field), so the same logs
 give byte-identical images with the same matplotlib. Each method keeps one colour across all figures.
@@ -8,8 +13,10 @@ give byte-identical images with the same matplotlib. Each method keeps one colou
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import io
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +24,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from analysis.data.load import in_sweep
 from analysis.metrics import (
     METHOD_ORDER,
     NO_MEMORY,
@@ -26,6 +34,7 @@ from analysis.metrics import (
     Analysis,
     env_label,
     method_label,
+    phase_orders,
     settings,
     sorted_experiments,
     sorted_methods,
@@ -61,6 +70,10 @@ _EXTRA_COLORS = ("#bcbd22", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173
 _STYLES = {NO_MEMORY: ":", ORACLE_RESET: "--"}
 
 
+#: The episode columns success over time reads (the rows a job carries to the drawing process).
+_SUCCESS_COLUMNS = ["memory", "seed", "t", "phase", "success"]
+
+
 @dataclass(frozen=True)
 class FigureFile:
     """A written figure, with the title the report shows above it."""
@@ -69,15 +82,36 @@ class FigureFile:
     title: str
 
 
+@dataclass(frozen=True)
+class Drawing:
+    """A figure rendered to PNG, not yet written: its file name, the report's title for it, the image."""
+
+    name: str
+    title: str
+    png: bytes
+
+
+#: One figure to draw: a drawing function below with its data bound (a picklable partial); None when
+#: there is nothing to draw.
+Job = Callable[[], Drawing | None]
+
+
 def method_colors(methods: Iterable[str]) -> dict[str, str]:
     """A fixed colour per method: the built-in methods always get the same one; others follow in order."""
     extra = [m for m in sorted_methods(methods) if m not in _COLORS]
     return _COLORS | {m: _EXTRA_COLORS[i % len(_EXTRA_COLORS)] for i, m in enumerate(extra)}
 
 
-def save_figure(figure: Figure, path: Path) -> None:
+def render(figure: Figure) -> bytes:
+    """The figure as PNG bytes (the same bytes `save_figure` writes)."""
     FigureCanvasAgg(figure)
-    figure.savefig(path, dpi=DPI, metadata=PNG_METADATA)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=DPI, metadata=PNG_METADATA)
+    return buffer.getvalue()
+
+
+def save_figure(figure: Figure, path: Path) -> None:
+    path.write_bytes(render(figure))
 
 
 def _phase_starts(rows: pd.DataFrame, phases: list[str]) -> list[tuple[str, int]]:
@@ -86,10 +120,10 @@ def _phase_starts(rows: pd.DataFrame, phases: list[str]) -> list[tuple[str, int]
 
 
 def success_over_time(
-    episodes: pd.DataFrame, phases: list[str], experiment: str, env: str, window: int, path: Path
-) -> FigureFile:
-    """Rolling success of each method (per seed, then averaged over seeds) with phases shaded."""
-    rows = episodes[(episodes["experiment"] == experiment) & (episodes["env"] == env)]
+    rows: pd.DataFrame, phases: list[str], experiment: str, env: str, window: int
+) -> Drawing:
+    """Rolling success of each method (per seed, then averaged over seeds) with phases shaded; `rows`:
+    the episodes of that experiment and env."""
     colors = method_colors(rows["memory"])
     figure = Figure(figsize=(10, 4.2), layout="constrained")
     ax = figure.add_subplot()
@@ -129,22 +163,22 @@ def success_over_time(
     title = f"{experiment} / {env_label(env)}: success over time (mean over {n_seeds} seeds)"
     ax.set_title(title, pad=22)
     figure.legend(loc="outside right upper", frameon=False, fontsize=9)
-    save_figure(figure, path)
-    return FigureFile(path, title)
+    return Drawing(f"success_over_time_{experiment}_{env}.png", title, render(figure))
 
 
-def mpi_bars(analysis: Analysis, experiment: str, path: Path) -> FigureFile | None:
-    """Grouped bars: MPI of each method in each phase (or source), with 95% CI error bars."""
-    data = analysis.mpi[analysis.mpi["experiment"] == experiment] if len(analysis.mpi) else analysis.mpi
+def mpi_bars(mpi: pd.DataFrame, phases: dict[tuple[str, str], list[str]], experiment: str) -> Drawing | None:
+    """Grouped bars: MPI of each method in each phase (or source), with 95% CI error bars (`mpi`,
+    `phases`: the Analysis' frame and phase orders)."""
+    data = mpi[mpi["experiment"] == experiment] if len(mpi) else mpi
     if data.empty:
         return None
     pairs = [s for s in settings(data) if s[0] == experiment]
     groups = []
     for setting in pairs:
-        phases = analysis.phases[setting] + ([OVERALL] if len(analysis.phases[setting]) > 1 else [])
-        for phase in phases:
+        of_setting = phases[setting] + ([OVERALL] if len(phases[setting]) > 1 else [])
+        for phase in of_setting:
             name, source = phase.replace("_", " "), env_label(setting[1])
-            label = name if len(pairs) == 1 else source if len(phases) == 1 else f"{source}\n{name}"
+            label = name if len(pairs) == 1 else source if len(of_setting) == 1 else f"{source}\n{name}"
             groups.append((setting[1], phase, label))
     methods = sorted_methods(data["memory"])
     colors = method_colors(methods)
@@ -178,58 +212,44 @@ def mpi_bars(analysis: Analysis, experiment: str, path: Path) -> FigureFile | No
     title = f"{experiment}: memory pollution index (> 0: worse than No Memory)"
     ax.set_title(title)
     figure.legend(loc="outside right upper", frameon=False, fontsize=9)
-    save_figure(figure, path)
-    return FigureFile(path, title)
+    return Drawing(f"mpi_{experiment}.png", title, render(figure))
 
 
-def sweep_heatmaps(analysis: Analysis, directory: Path) -> list[FigureFile]:
-    """One heatmap per swept (env, method): overall success over the first two swept parameters (one
-    row when a single key was swept).
-
-    Further swept parameters, if any, are averaged over (the title says so).
+def sweep_heatmap(points: pd.DataFrame, names: list[str], env: str, method: str) -> Drawing:
+    """Overall success of one swept (env, method) over the first two swept parameters (one row when a
+    single key was swept); `points`: its rows of the Analysis' sweep frame, `names`: the swept
+    parameters' short names. Further swept parameters, if any, are averaged over (the title says so).
     """
-    if analysis.sweep.empty or not analysis.sweep_params:
-        return []
-    names = [p.rsplit(".", 1)[-1] for p in analysis.sweep_params]
     x_name, y_name = names[0], names[1] if len(names) > 1 else None
-    files = []
-    for env in dict.fromkeys(analysis.sweep["env"]):
-        of_env = analysis.sweep[analysis.sweep["env"] == env]
-        for method in dict.fromkeys(of_env["memory"]):
-            grid = (
-                of_env[of_env["memory"] == method]
-                .assign(_one_row=0)
-                .pivot_table(index=y_name or "_one_row", columns=x_name, values="mean", aggfunc="mean")
+    grid = points.assign(_one_row=0).pivot_table(
+        index=y_name or "_one_row", columns=x_name, values="mean", aggfunc="mean"
+    )
+    figure = Figure(figsize=(1.1 * grid.shape[1] + 3, 0.8 * grid.shape[0] + 2), layout="constrained")
+    ax = figure.add_subplot()
+    image = ax.imshow(grid.to_numpy(), origin="lower", cmap="viridis", vmin=0, vmax=1, aspect="auto")
+    for (r, c), value in np.ndenumerate(grid.to_numpy()):
+        if not np.isnan(value):
+            ax.text(
+                c,
+                r,
+                f"{value:.2f}",
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="white" if value < 0.6 else "black",
             )
-            figure = Figure(figsize=(1.1 * grid.shape[1] + 3, 0.8 * grid.shape[0] + 2), layout="constrained")
-            ax = figure.add_subplot()
-            image = ax.imshow(grid.to_numpy(), origin="lower", cmap="viridis", vmin=0, vmax=1, aspect="auto")
-            for (r, c), value in np.ndenumerate(grid.to_numpy()):
-                if not np.isnan(value):
-                    ax.text(
-                        c,
-                        r,
-                        f"{value:.2f}",
-                        ha="center",
-                        va="center",
-                        fontsize=8,
-                        color="white" if value < 0.6 else "black",
-                    )
-            ax.set_xticks(range(grid.shape[1]), [f"{v:g}" for v in grid.columns])
-            ax.set_yticks(range(grid.shape[0]), [f"{v:g}" for v in grid.index] if y_name else [""])
-            ax.set_xlabel(x_name)
-            ax.set_ylabel(y_name or "")
-            figure.colorbar(image, ax=ax, label="overall success (mean over seeds)")
-            rest = f", averaged over {', '.join(names[2:])}" if len(names) > 2 else ""
-            title = f"Sweep of {', '.join(names[:2])}: {method_label(method)} on {env_label(env)}{rest}"
-            ax.set_title(title)
-            path = directory / f"sweep_{env}_{method}.png"
-            save_figure(figure, path)
-            files.append(FigureFile(path, title))
-    return files
+    ax.set_xticks(range(grid.shape[1]), [f"{v:g}" for v in grid.columns])
+    ax.set_yticks(range(grid.shape[0]), [f"{v:g}" for v in grid.index] if y_name else [""])
+    ax.set_xlabel(x_name)
+    ax.set_ylabel(y_name or "")
+    figure.colorbar(image, ax=ax, label="overall success (mean over seeds)")
+    rest = f", averaged over {', '.join(names[2:])}" if len(names) > 2 else ""
+    title = f"Sweep of {', '.join(names[:2])}: {method_label(method)} on {env_label(env)}{rest}"
+    ax.set_title(title)
+    return Drawing(f"sweep_{env}_{method}.png", title, render(figure))
 
 
-def lifecycle_timeline(run_dirs: dict[str, Path], experiment: str, env: str, path: Path) -> FigureFile | None:
+def lifecycle_timeline(run_dirs: dict[str, Path], experiment: str, env: str) -> Drawing | None:
     """One key's precedents over time in each method's stream (`run_dirs`: method -> stream
     directory), one panel per method; the key is TEPA-Rev's busiest (`busiest_key`)."""
     events = {method: read_lifecycle(d) for method, d in run_dirs.items()}
@@ -247,8 +267,7 @@ def lifecycle_timeline(run_dirs: dict[str, Path], experiment: str, env: str, pat
     title = f"{experiment} / {env_label(env)}: precedents of key {key} over time (seed {seed}), by state"
     figure.suptitle(title, fontsize=10)
     figure.legend(handles=legend_handles(), loc="outside right upper", frameon=False, fontsize=9)
-    save_figure(figure, path)
-    return FigureFile(path, title)
+    return Drawing(f"lifecycle_{experiment}.png", title, render(figure))
 
 
 def _timeline_runs(runs: pd.DataFrame, root: Path, experiment: str, env: str) -> dict[str, Path]:
@@ -266,43 +285,58 @@ def _timeline_runs(runs: pd.DataFrame, root: Path, experiment: str, env: str) ->
     return found
 
 
-def make_figures(
-    analysis: Analysis,
-    episodes: pd.DataFrame,
-    directory: str | Path,
-    *,
-    runs: pd.DataFrame | None = None,
-    root: str | Path | None = None,
-) -> list[FigureFile]:
-    """Write every figure into `directory` (earlier PNGs no longer made are removed). With the runs
-    frame and the runs' `root`, also the lifecycle timelines (which read those streams' archives)."""
+def success_jobs(episodes: pd.DataFrame, runs: pd.DataFrame, window: int) -> list[Job]:
+    """Success over time of every setting, from the logs alone (`analysis.data.load.RunLogs`' episodes
+    and runs). Only streams with phase boundaries: a single-phase stream (MemoryAgentBench's independent
+    questions) has no drift to show over time; a sweep's grid points are drawn as heatmaps instead."""
+    phases = phase_orders(episodes)
+    swept = set(runs.loc[in_sweep(runs), "run"])
+    regular = episodes[~episodes["run"].isin(swept)] if swept else episodes
+    jobs: list[Job] = []
+    for experiment, env in settings(regular):
+        if len(phases[(experiment, env)]) > 1:
+            of_setting = (regular["experiment"] == experiment) & (regular["env"] == env)
+            rows = regular.loc[of_setting, _SUCCESS_COLUMNS]
+            jobs.append(partial(success_over_time, rows, phases[(experiment, env)], experiment, env, window))
+    return jobs
+
+
+def timeline_jobs(runs: pd.DataFrame, root: str | Path) -> list[Job]:
+    """The lifecycle timelines (TIMELINES), read from the streams' logs under the run-log `root`."""
+    return [
+        partial(lifecycle_timeline, _timeline_runs(runs, Path(root), experiment, env), experiment, env)
+        for experiment, env in TIMELINES
+    ]
+
+
+def metric_jobs(analysis: Analysis) -> list[Job]:
+    """The figures of computed metrics: MPI bars of every experiment, then the sweep heatmaps."""
+    mpi = analysis.mpi
+    experiments = sorted_experiments(mpi["experiment"]) if len(mpi) else []
+    jobs: list[Job] = [
+        partial(mpi_bars, mpi[mpi["experiment"] == experiment], analysis.phases, experiment)
+        for experiment in experiments
+    ]
+    if analysis.sweep.empty or not analysis.sweep_params:
+        return jobs
+    names = [p.rsplit(".", 1)[-1] for p in analysis.sweep_params]
+    for env in dict.fromkeys(analysis.sweep["env"]):
+        of_env = analysis.sweep[analysis.sweep["env"] == env]
+        for method in dict.fromkeys(of_env["memory"]):
+            jobs.append(partial(sweep_heatmap, of_env[of_env["memory"] == method], names, env, method))
+    return jobs
+
+
+def write_figures(drawings: Iterable[Drawing | None], directory: str | Path) -> list[FigureFile]:
+    """Write the drawings into `directory` in the given order (earlier PNGs no longer made are removed)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     files = []
-    if not analysis.sweep.empty:  # a sweep's grid points are drawn as heatmaps, not over time
-        episodes = episodes[episodes["run"].isin(set(analysis.per_seed["run"]))]
-    for experiment, env in settings(analysis.per_seed):
-        # Only streams with phase boundaries: a single-phase stream (MemoryAgentBench's independent
-        # questions) has no drift to show over time.
-        if len(analysis.phases[(experiment, env)]) > 1:
-            path = directory / f"success_over_time_{experiment}_{env}.png"
-            files.append(
-                success_over_time(
-                    episodes, analysis.phases[(experiment, env)], experiment, env, analysis.window, path
-                )
-            )
-    experiments = sorted_experiments(analysis.mpi["experiment"]) if len(analysis.mpi) else []
-    for experiment in experiments:
-        figure = mpi_bars(analysis, experiment, directory / f"mpi_{experiment}.png")
-        if figure is not None:
-            files.append(figure)
-    files += sweep_heatmaps(analysis, directory)
-    if runs is not None and root is not None:
-        for experiment, env in TIMELINES:
-            run_dirs = _timeline_runs(runs, Path(root), experiment, env)
-            figure = lifecycle_timeline(run_dirs, experiment, env, directory / f"lifecycle_{experiment}.png")
-            if figure is not None:
-                files.append(figure)
+    for drawing in drawings:
+        if drawing is not None:
+            path = directory / drawing.name
+            path.write_bytes(drawing.png)
+            files.append(FigureFile(path, drawing.title))
     written = {f.path for f in files}
     for stale in sorted(p for p in directory.glob("*.png") if p not in written):
         stale.unlink()
