@@ -90,6 +90,7 @@ def drawing_process() -> Iterator[Executor]:
 
 
 def submit(pool: Executor, jobs: list[Job]) -> list[tuple[Job, Future]]:
+    """Hand `jobs` to the drawing process; each with its future, for `collect`."""
     return [(job, pool.submit(job)) for job in jobs]
 
 
