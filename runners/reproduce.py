@@ -58,15 +58,6 @@ def steps(results_dir: str, python: str = sys.executable) -> list[Step]:
     ]
 
 
-#: Whether jobs can be pinned to a CPU (Linux).
-PINNABLE = hasattr(os, "sched_setaffinity")
-
-
-def cores() -> int:
-    """The CPUs this process may run on."""
-    return len(os.sched_getaffinity(0)) if PINNABLE else os.cpu_count() or 1
-
-
 def run_side_by_side(
     todo: Sequence[Step],
     echo: bool = True,
@@ -82,8 +73,7 @@ def run_side_by_side(
     with tempfile.TemporaryDirectory(prefix="tepa-slots-") as folder:
         shared = dict(os.environ)
         if slots != 0:
-            n = cores() if slots is None else slots
-            shared[job_slots.SLOTS_ENV] = str(job_slots.create(folder, n, pin=PINNABLE and n <= cores()))
+            shared[job_slots.SLOTS_ENV] = str(job_slots.create(folder, slots))
         return _run(todo, echo, cwd, shared)
 
 

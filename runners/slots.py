@@ -8,7 +8,7 @@ while it runs (`held`). A job waits while all slots are taken or a job of a more
 smaller number) waits, so the experiment on the critical path goes first and the others fill the gaps.
 
 A slot is an `flock` on a file of the folder: the kernel releases it when its holder exits, however it
-exits, so a killed job never keeps a slot. A slot may name a CPU (one per slot, `create(..., pin=True)`):
+exits, so a killed job never keeps a slot. A slot names a CPU where that is possible (`create`):
 its holder then runs on that CPU alone, and so do the processes it starts. A job of the executable
 environment hands every tool call to a worker process and waits for its answer; on one CPU the two take
 turns with warm caches, and this cut the CPU time of such a job by about a tenth. Without
@@ -35,18 +35,27 @@ _WAITING = "waiting-"
 _TURNSTILE = "turnstile"
 
 
-def create(folder: str | os.PathLike[str], n: int, pin: bool = False) -> Path:
-    """Make `folder` a slot folder of `n` slots (n >= 1) and return it. With `pin`, slot i names the
-    i-th CPU this process may use (there must be n of them at least)."""
+#: Whether a job can be pinned to a CPU (Linux).
+PINNABLE = hasattr(os, "sched_setaffinity")
+
+
+def cores() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if PINNABLE else os.cpu_count() or 1
+
+
+def create(folder: str | os.PathLike[str], n: int | None = None) -> Path:
+    """Make `folder` a slot folder of `n` slots (None: one per core; else n >= 1) and return it. Where
+    jobs can be pinned and there is a CPU for every slot, slot i names the i-th CPU this process may
+    use."""
+    n = cores() if n is None else n
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"slots must be a positive integer, got {n!r}")
-    cpus = sorted(os.sched_getaffinity(0)) if pin else []
-    if pin and len(cpus) < n:
-        raise ValueError(f"cannot pin {n} slots to {len(cpus)} CPUs")
+    cpus = sorted(os.sched_getaffinity(0)) if PINNABLE and n <= cores() else []
     path = Path(folder)
     path.mkdir(parents=True, exist_ok=True)
     for i in range(n):
-        (path / f"{_SLOT}{i}").write_text(str(cpus[i]) if pin else "")
+        (path / f"{_SLOT}{i}").write_text(str(cpus[i]) if cpus else "")
     return path
 
 

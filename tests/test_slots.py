@@ -19,7 +19,6 @@ from runners.config import ConfigError
 from tests.helpers.runner import cli
 
 ROOT = Path(__file__).resolve().parents[1]
-PINNABLE = hasattr(os, "sched_setaffinity")
 
 
 def holder(
@@ -96,10 +95,10 @@ def test_a_killed_holder_frees_its_slot_and_a_dead_waiter_blocks_nobody(tmp_path
     assert not (folder / "waiting-0-999999999").exists()
 
 
-@pytest.mark.skipif(not PINNABLE, reason="CPU affinity is Linux-only")
+@pytest.mark.skipif(not slots.PINNABLE, reason="CPU affinity is Linux-only")
 def test_a_pinned_slot_runs_its_holder_on_its_cpu_and_gives_the_cpus_back_after(tmp_path):
     before = os.sched_getaffinity(0)
-    folder = slots.create(tmp_path / "slots", 1, pin=True)
+    folder = slots.create(tmp_path / "slots", 1)
     with slots.held({slots.SLOTS_ENV: str(folder)}):
         assert os.sched_getaffinity(0) == {min(before)}
         child = subprocess.run(
@@ -130,7 +129,8 @@ def test_a_run_waits_for_a_free_slot_before_its_first_episode(tmp_path):
             cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT), **env},
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
-        time.sleep(3.0)
+        waiting(folder, 1)  # the run has checked its config and waits for the slot
+        time.sleep(0.5)
         assert run.poll() is None and not (tmp_path / "results" / "runs").exists()
     out, _ = run.communicate(timeout=60)
     assert run.returncode == 0, out
