@@ -184,7 +184,8 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
     if max_episodes is not None and max_episodes < 1:
         raise ConfigError(f"max_episodes={max_episodes}: must be >= 1 (null runs the whole stream)")
     check_dir_name("name", resolved["name"])
-    check_results_dir(resolved["results_dir"])
+    if not resolved.get("plan"):  # a plan writes nothing (checking the folder creates it)
+        check_results_dir(resolved["results_dir"])
     components = {g: _component(g, resolved[g], choices.get(g)) for g in ("env", "memory", "llm")}
     config = {k: v for k, v in resolved.items() if k not in ("seed", "seeds", "plan")}
     return RunSpec(

@@ -148,6 +148,9 @@ class _DryBackend:
     name = "dry"
 
     def __init__(self, seed: int, scoring: str | None, max_tokens: int | None) -> None:
+        from runners.llm.openai_backend import planned_cost  # the openai client: imported here only
+
+        self.planned_cost = planned_cost
         self.reader = _StandIn(seed)
         self.scoring = scoring
         self.max_tokens = max_tokens
@@ -157,9 +160,7 @@ class _DryBackend:
         if self.scoring is None:  # not an openai backend: one call per decision
             calls, prompt, completion = 1, count_message_tokens(request.messages), 0
         else:
-            from runners.llm.openai_backend import planned_cost
-
-            calls, prompt, completion = planned_cost(request, self.scoring, self.max_tokens)
+            calls, prompt, completion = self.planned_cost(request, self.scoring, self.max_tokens)
         self.calls += calls
         self.prompt_tokens += prompt
         self.completion_tokens += completion

@@ -389,11 +389,12 @@ def cli() -> None:
     (`runners.preflight`: secrets, unwritable folders, broken YAML), then the Hydra entry point. A
     SIGINT before the run installs its handlers, or while a multirun's launcher waits for its jobs, ends
     it with one line too."""
+    planning = plan.requested(sys.argv[1:])
     try:
-        check_command_line(sys.argv[1:], CONF_DIR)
+        check_command_line(sys.argv[1:], CONF_DIR, writes=not planning)
     except ConfigError as exc:
         sys.exit(f"error: {exc}")
-    if plan.requested(sys.argv[1:]):  # before Hydra, which would write its job folders
+    if planning:  # before Hydra, which would write its job folders
         sys.exit(plan.main(sys.argv[1:], str(CONF_DIR)))
     try:
         main()
