@@ -64,7 +64,8 @@ class Plan:
 
     def describe(self, name: str = "") -> str:
         """One line; the estimate and the bound are named as such (`NOTE` says how they are made)."""
-        return f"plan{f' {name}' if name else ''}: {self._numbers()}{_cost(self.prompt_cost, self.completion_cost)}"
+        cost = _cost(self.prompt_cost, self.completion_cost)
+        return f"plan{f' {name}' if name else ''}: {self._numbers()}{cost}"
 
     def _numbers(self) -> str:
         calls = f"{self.calls} model calls" if self.exact_calls else f"about {self.calls} model calls"

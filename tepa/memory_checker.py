@@ -170,7 +170,8 @@ def _check_event(event: dict[str, Any], i: int, precedents: dict[int, tuple[str,
     elif name == "created":
         _fail("events", f"call {i}: precedent id {pid} created twice (an id names one precedent)")
     elif precedents[pid] != named:
-        _fail("events", f"call {i}: precedent id {pid} changed its key or value from {precedents[pid]!r} to {named!r}")
+        was = precedents[pid]
+        _fail("events", f"call {i}: precedent id {pid} changed its key or value from {was!r} to {named!r}")
 
 
 def _shape(value: Any) -> str:

@@ -105,7 +105,8 @@ def test_a_plan_of_a_paper_sweep_writes_nothing_answers_in_seconds_and_ends_with
     assert not list(tmp_path.rglob("*")), list(tmp_path.rglob("*"))  # no results_dir, no hydra folder
     lines = proc.stdout.strip().splitlines()
     runs = [line for line in lines if line.startswith("plan paper_controlled controlled_drift ")]
-    assert len(runs) == 10 and lines[len(runs)].startswith("TOTAL (10 run(s)): 200 stream(s), 320000 decisions")
+    assert len(runs) == 10
+    assert lines[10].startswith("TOTAL (10 run(s)): 200 stream(s), 320000 decisions")
     for line in (*runs, lines[len(runs)]):
         assert "prompt tokens (estimate)" in line and "completion tokens (bound)" in line
         assert " (prompts) + at most " in line and " (completions) = at most about " in line

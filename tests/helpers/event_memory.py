@@ -44,8 +44,8 @@ class DistrustOnFailure:
         )  # fmt: skip
 
     def retrieve(self, query: Query) -> list[Evidence]:
-        live = [i for i in self._values.values() if i["state"] == "active"]
-        found = [Evidence(o.key, o.value, True, o.t, o.text, o.source, i["id"]) for i in live for o in [i["obs"]]]
+        live = [(i["obs"], i["id"]) for i in self._values.values() if i["state"] == "active"]
+        found = [Evidence(o.key, o.value, True, o.t, o.text, o.source, ref) for o, ref in live]
         return rank(found, query)
 
     def feedback(self, used: list[Evidence], success: bool, t: int) -> None:
