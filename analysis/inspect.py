@@ -234,6 +234,12 @@ def _count(value: Any) -> str:
 # --- the timeline ----------------------------------------------------------------------------------
 
 
+def timeline_title(meta: dict[str, Any], key: str) -> str:
+    """The stream's labels and the key (not its directory: an absolute path says little and runs long)."""
+    labels = " / ".join(str(meta.get(name)) for name in ("experiment", "env", "memory"))
+    return visible(f"{labels} / seed {meta.get('seed')}: precedents of key {key}, by state")
+
+
 def timeline(
     run_dir: Path, meta: dict[str, Any], events: Any, key: str | None, t: int | None, out: Path | None
 ) -> Path:
@@ -254,8 +260,7 @@ def timeline(
     if t is not None:
         ax.axvline(t, color="#1f77b4", lw=1.2, ls="--")
     ax.set_xlabel("episode t (stream position)")
-    title = f"{meta.get('experiment')} / {meta.get('env')} / {meta.get('memory')} / seed {meta.get('seed')}"
-    figure.suptitle(visible(f"{title}: precedents of key {key}, by state"), fontsize=10)
+    figure.suptitle(timeline_title(meta, key), fontsize=10)
     figure.legend(handles=legend_handles(), loc="outside lower center", ncols=4, frameon=False, fontsize=9)
     try:
         save_figure(figure, out)
