@@ -53,6 +53,7 @@ class Plan:
     price_in: float = 0.0
     price_out: float = 0.0
     exact_calls: bool = True
+    unbounded: str = ""  # why nothing bounds the completion tokens, when nothing does
 
     @property
     def prompt_cost(self) -> float:
@@ -64,13 +65,14 @@ class Plan:
 
     def describe(self, name: str = "") -> str:
         """One line; the estimate and the bound are named as such (`NOTE` says how they are made)."""
-        cost = _cost(self.prompt_cost, self.completion_cost)
+        completions = None if self.completion_tokens is None and self.price_out else self.completion_cost
+        cost = _cost(self.prompt_cost, completions, bool(self.price_in or self.price_out))
         return f"plan{f' {name}' if name else ''}: {self._numbers()}{cost}"
 
     def _numbers(self) -> str:
         calls = f"{self.calls} model calls" if self.exact_calls else f"about {self.calls} model calls"
         if self.completion_tokens is None:
-            bound = "completion tokens unbounded (llm.max_tokens=null, or not an openai backend)"
+            bound = f"no bound on completion tokens ({self.unbounded or 'in some runs'})"
         else:
             bound = f"at most {self.completion_tokens} completion tokens (bound)"
         return (
@@ -87,9 +89,12 @@ NOTE = (
 )
 
 
-def _cost(prompts: float, completions: float) -> str:
-    if not prompts and not completions:
+def _cost(prompts: float, completions: float | None, priced: bool) -> str:
+    """The cost part of a line (`completions` None: unbounded); nothing when no price is set."""
+    if not priced:
         return ""
+    if completions is None:
+        return f"; cost about {prompts:.4f} (prompts) + an unbounded cost of completions"
     return (
         f"; cost about {prompts:.4f} (prompts) + at most {completions:.4f} (completions) "
         f"= at most about {prompts + completions:.4f}"
@@ -107,7 +112,11 @@ def total(plans: Sequence[Plan]) -> str:
         completion_tokens=None if None in bounds else sum(b or 0 for b in bounds),
         exact_calls=all(p.exact_calls for p in plans),
     )
-    cost = _cost(sum(p.prompt_cost for p in plans), sum(p.completion_cost for p in plans))
+    open_ended = any(p.completion_tokens is None and p.price_out for p in plans)
+    completions = None if open_ended else sum(p.completion_cost for p in plans)
+    cost = _cost(
+        sum(p.prompt_cost for p in plans), completions, any(p.price_in or p.price_out for p in plans)
+    )
     return f"TOTAL ({len(plans)} run(s)): {summed._numbers()}{cost}"
 
 
@@ -156,12 +165,17 @@ class _DryBackend:
         self.scoring = scoring
         self.max_tokens = max_tokens
         self.calls = self.prompt_tokens = self.completion_tokens = 0
+        self.open_ended = False  # a reply whose length nothing bounds (llm.max_tokens=null) was asked for
 
     async def complete(self, request: Request) -> Reply:
         if self.scoring is None:  # not an openai backend: one call per decision
             calls, prompt, completion = 1, count_message_tokens(request.messages), 0
         else:
             calls, prompt, completion = self.planned_cost(request, self.scoring, self.max_tokens)
+            scored = (self.scoring == "loglik" and request.options) or (
+                self.scoring == "logprobs" and request.labels
+            )
+            self.open_ended |= self.max_tokens is None and not scored
         self.calls += calls
         self.prompt_tokens += prompt
         self.completion_tokens += completion
@@ -197,7 +211,9 @@ def plan(spec: RunSpec) -> Plan:
         )
         decisions = sampled + sum(_decisions(env, seed, spec.max_episodes) for seed in spec.seeds[1:])
     scale = decisions / sampled if sampled else 0.0
-    unbounded = scoring is None or (scoring == "text" and max_tokens is None)
+    unbounded = (
+        "not an openai backend" if scoring is None else "llm.max_tokens=null" if dry.open_ended else ""
+    )
     return Plan(
         streams=len(spec.seeds),
         decisions=decisions,
@@ -207,6 +223,7 @@ def plan(spec: RunSpec) -> Plan:
         price_in=prices[0],
         price_out=prices[1],
         exact_calls=len(spec.seeds) == 1 or (sampled > 0 and dry.calls % sampled == 0),
+        unbounded=unbounded,
     )
 
 

@@ -137,3 +137,13 @@ def test_a_plans_sweep_is_the_jobs_hydra_would_launch(tmp_path):
     ]  # fmt: skip
     assert all(" 1 stream(s), 5 decisions, 5 model calls" in line for line in lines[:4])
     assert lines[4].startswith("TOTAL (4 run(s)): 4 stream(s), 20 decisions")
+
+
+def test_a_plan_says_when_nothing_bounds_the_completion_tokens(tmp_path, capsys, stub_server):
+    text = ("llm=openai", "llm.model=stub", f"llm.base_url={stub_server.base_url}", "llm.max_tokens=null")
+    run(tmp_path, *text, "plan=true", "llm.price_out=1")
+    line = capsys.readouterr().out.strip()
+    assert "no bound on completion tokens (llm.max_tokens=null)" in line and "at most" not in line
+    assert line.endswith("; cost about 0.0000 (prompts) + an unbounded cost of completions")
+    run(tmp_path, *loglik(stub_server), "llm.max_tokens=null", "plan=true")  # scored options: one token each
+    assert "at most 240 completion tokens (bound)" in capsys.readouterr().out
