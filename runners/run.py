@@ -37,7 +37,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from runners import slots
+from runners import jobs, slots
 from runners.agent.loop import ReplayMismatch, replay_problem, run_stream
 from runners.compose import CONF_DIR, PROJECT_ROOT
 from runners.config import ConfigError, RunSpec, validate
@@ -150,11 +150,7 @@ def run_interruptible(main: Coroutine[Any, Any, RunSummary]) -> RunSummary:
     except (KeyboardInterrupt, asyncio.CancelledError):
         if not received:
             raise
-        name = signal.Signals(received[0]).name
-        raise RunInterrupted(
-            f"stopped by {name}: the episodes run so far are logged; rerun the same command to resume",
-            received[0],
-        ) from None
+        raise RunInterrupted(jobs.stopped_line(received[0]), received[0]) from None
     finally:
         for watchdog in watchdogs:
             watchdog.cancel()
@@ -366,19 +362,21 @@ def main(cfg: DictConfig) -> None:
     try:
         summary = execute(cfg, hydra_cfg.runtime.choices)
     except RunInterrupted as exc:
-        if hydra_cfg.mode == RunMode.RUN:
-            _exit_now(exc)
+        if hydra_cfg.mode == RunMode.RUN or jobs.in_worker():  # a worker must not take its next job
+            _exit_now(exc, say=not jobs.in_worker())  # a launcher says it once for all its workers
         raise
     if summary.streams:  # a plan ran nothing
         log.info(summary.describe())
 
 
-def _exit_now(exc: RunInterrupted) -> None:
+def _exit_now(exc: RunInterrupted, say: bool = True) -> None:
     """Leave a single run at once with the signal's exit status (130 for SIGINT, 143 for SIGTERM) and
     one line: everything is logged and closed by now, and tearing down the interpreter's modules (pandas,
-    pyarrow, Hydra) could take seconds on a busy machine. A multirun's jobs raise instead, so that the
-    launcher ends them its own way."""
-    print(exc, file=sys.stderr)
+    pyarrow, Hydra) could take seconds on a busy machine. A multirun's job in the launcher's own process
+    raises instead, so that the launcher ends it its own way; one in a worker process exits too
+    (`runners.jobs`)."""
+    if say:
+        print(exc, file=sys.stderr)
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -388,17 +386,19 @@ def _exit_now(exc: RunInterrupted) -> None:
 def cli() -> None:
     """`python -m runners.run` / `tepa-run`: the checks Hydra's own output must not precede
     (`runners.preflight`: secrets, unwritable folders, broken YAML), then the Hydra entry point. A
-    SIGINT before the run installs its handlers, or while a multirun's launcher waits for its jobs, ends
-    it with one line too."""
+    SIGINT before the run installs its handlers ends it with one line too; SIGINT or SIGTERM while a
+    multirun's launcher waits for its worker processes stops them first (`runners.jobs`)."""
     try:
         check_command_line(sys.argv[1:], CONF_DIR)
     except ConfigError as exc:
         sys.exit(f"error: {exc}")
+    jobs.install(grace=STOP_GRACE_S + 1.0)
     try:
         main()
-    except KeyboardInterrupt:
-        print("stopped by SIGINT: the episodes run so far are logged; rerun the same command to resume")
-        sys.exit(128 + signal.SIGINT)
+    except KeyboardInterrupt as exc:
+        signum = exc.signum if isinstance(exc, jobs.Stopped) else signal.SIGINT
+        print(jobs.stopped_line(signum))
+        sys.exit(128 + signum)
 
 
 if __name__ == "__main__":
