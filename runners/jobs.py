@@ -16,7 +16,6 @@ import functools
 import multiprocessing
 import os
 import signal
-import sys
 import time
 from typing import Any
 

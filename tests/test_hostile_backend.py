@@ -166,7 +166,9 @@ def test_max_retries_beyond_the_float_range_of_backoff_retries_without_overflow(
 def test_a_cache_file_that_is_no_database_stops_the_run_with_one_line(tmp_path):
     path = tmp_path / "llm_cache.sqlite"
     path.write_bytes(b"this is not SQLite " * 100)
-    with pytest.raises(ValueError, match=rf"^cache_path={path}: not a usable reply cache \(file is not a database"):
+    with pytest.raises(
+        ValueError, match=rf"^cache_path={path}: not a usable reply cache \(file is not a database"
+    ):
         OpenAIBackend("http://127.0.0.1:9/v1", "m", cache_path=path)
 
 

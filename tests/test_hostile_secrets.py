@@ -24,7 +24,10 @@ from tests.helpers.stub_server import StubReply, completion
     [
         ((f"+llm.api_key={SENTINEL}",), "llm.api_key: never put a secret in a config"),
         (("llm=openai", "llm.model=m", f"llm.base_url=http://u:{SENTINEL}@127.0.0.1:9/v1"), "llm.base_url"),
-        (("llm=openai", "llm.model=m", "llm.base_url=https://h.example/v1?api_key=SENTINEL9"), "llm.base_url"),
+        (
+            ("llm=openai", "llm.model=m", "llm.base_url=https://h.example/v1?api_key=SENTINEL9"),
+            "llm.base_url",
+        ),
         (("llm=openai", "llm.model=m", f"llm.api_key_env={SENTINEL}"), "llm.api_key_env: must name"),
         ((f"+env.token={SENTINEL}",), "env.token: never put a secret"),
     ],
@@ -73,7 +76,9 @@ def test_an_endpoint_echoing_the_key_leaves_it_in_no_log_and_no_cache(tmp_path, 
     assert files_containing(results, "[redacted]")  # the scrubbed replies and error are there
 
 
-def test_a_loglik_endpoint_without_completions_echoing_the_key_leaves_it_out_of_the_error(tmp_path, stub_server):
+def test_a_loglik_endpoint_without_completions_echoing_the_key_leaves_it_out_of_the_error(
+    tmp_path, stub_server
+):
     def refuse(body: dict) -> StubReply:
         auth = stub_server.headers[-1].get("authorization", "")
         return StubReply(status=404, body={"error": {"message": f"no such route; you sent {auth}"}})
@@ -120,7 +125,9 @@ def test_the_scrubber_redacts_the_key_and_key_shaped_tokens_and_no_ordinary_word
     assert scrub(text, "my-vllm-key-7") == expected
 
 
-def test_a_reply_that_had_to_be_redacted_is_logged_redacted_but_never_cached(tmp_path, stub_server, monkeypatch):
+def test_a_reply_that_had_to_be_redacted_is_logged_redacted_but_never_cached(
+    tmp_path, stub_server, monkeypatch
+):
     stub_server.default = StubReply(body=completion(f"Answer: A (key {SENTINEL})"))
     monkeypatch.setenv("TEPA_TEST_KEY", SENTINEL)
     results = tmp_path / "results"

@@ -18,10 +18,16 @@ import pytest
 from runners.run import PROJECT_ROOT
 from runners.runlog import META, PARTIAL_EPISODES
 
+# Three jobs of 40,000 episodes, two at a time.
 SWEEP = (
-    "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "memory=tepa_rev",
-    "memory.theta_rev=0.3,0.4,0.5", "env.phase_length=10000", "progress=false",
-)  # fmt: skip  (three jobs of 40,000 episodes, two at a time)
+    "-m",
+    "hydra/launcher=joblib",
+    "hydra.launcher.n_jobs=2",
+    "memory=tepa_rev",
+    "memory.theta_rev=0.3,0.4,0.5",
+    "env.phase_length=10000",
+    "progress=false",
+)
 ENV = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds workers through /proc")

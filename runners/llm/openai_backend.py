@@ -369,9 +369,13 @@ class OpenAIBackend:
                 timeout=self.timeout,
                 max_retries=0,
                 default_headers={"Accept-Encoding": "identity"},
-                http_client=openai.DefaultAsyncHttpxClient(transport=_CappedTransport(), timeout=self.timeout),
+                http_client=openai.DefaultAsyncHttpxClient(
+                    transport=_CappedTransport(), timeout=self.timeout
+                ),
             )
-            self._runtime = _Runtime(loop, client, asyncio.Semaphore(self.max_concurrency), asyncio.Condition())
+            self._runtime = _Runtime(
+                loop, client, asyncio.Semaphore(self.max_concurrency), asyncio.Condition()
+            )
         return self._runtime
 
     async def aclose(self) -> None:
@@ -451,7 +455,9 @@ class OpenAIBackend:
         except CacheError as exc:
             raise BackendExhausted(f"llm.cache_path={self.cache.path}: {exc}") from None
 
-    def _store(self, key: str, text: str, prompt_tokens: int, completion_tokens: int, truncated: bool) -> None:
+    def _store(
+        self, key: str, text: str, prompt_tokens: int, completion_tokens: int, truncated: bool
+    ) -> None:
         try:
             self.cache.put(key, self.model, text, prompt_tokens, completion_tokens, truncated)
         except CacheError as exc:
@@ -612,7 +618,9 @@ class OpenAIBackend:
                 if not (status in (408, 409, 429) or status >= 500):
                     raise _CallFailed(f"HTTP {status}: {message}", refused=True) from None
                 kind = "rate_limited" if status == 429 else f"http_{status}"
-                failure = _Transient(kind, message, parse_retry_after(exc.response.headers.get("retry-after")))
+                failure = _Transient(
+                    kind, message, parse_retry_after(exc.response.headers.get("retry-after"))
+                )
             except (openai.APITimeoutError, TimeoutError):
                 failure = _Transient("timeout", f"no complete answer within {self.timeout:g} s")
             except openai.APIConnectionError as exc:

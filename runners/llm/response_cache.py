@@ -91,7 +91,9 @@ class ResponseCache:
                 _setup(conn)
             except sqlite3.Error as exc:
                 conn.close()
-                raise CacheError(f"not a usable reply cache ({exc}); move the file away or set another") from None
+                raise CacheError(
+                    f"not a usable reply cache ({exc}); move the file away or set another"
+                ) from None
             self._connection, self._pid = conn, os.getpid()
         return self._connection
 

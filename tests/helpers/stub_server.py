@@ -156,7 +156,9 @@ class StubServer(LoopbackServer):
             pass
         request.close_connection = True
 
-    def _flood(self, request: BaseHTTPRequestHandler, status: int, headers: dict[str, str], size: int) -> None:
+    def _flood(
+        self, request: BaseHTTPRequestHandler, status: int, headers: dict[str, str], size: int
+    ) -> None:
         request.send_response(status)
         for name, value in {**headers, "Transfer-Encoding": "chunked"}.items():
             request.send_header(name, value)
