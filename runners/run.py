@@ -42,7 +42,7 @@ from runners.agent.loop import ReplayMismatch, replay_problem, run_stream
 from runners.compose import CONF_DIR, PROJECT_ROOT
 from runners.config import ConfigError, RunSpec, validate
 from runners.identity import Variant, stream_identity, variant_of
-from runners.llm.backend import BackendExhausted
+from runners.llm.backend import BackendExhausted, total_stats
 from runners.preflight import check_command_line
 from runners.runlog import PARTIAL_EPISODES, StreamLog, differences, partial_summary, stream_dir
 
@@ -270,6 +270,7 @@ async def _run_one(
     bar: tqdm,
 ) -> StreamOutcome:
     started, clock = datetime.now(UTC), time.perf_counter()
+    carried = slog.carried_stats()  # what the invocations that stopped before this one spent
     slog.open(replay)
     labels = {"experiment": spec.name, "env": spec.env.label, "memory": spec.memory.label}
     try:
@@ -284,6 +285,11 @@ async def _run_one(
             progress=bar,
             max_episodes=spec.max_episodes,
         )
+    except ReplayMismatch:
+        raise  # retried at once by this invocation: nothing to carry
+    except BaseException:
+        slog.save_stats(total_stats(carried, backend.stats()))
+        raise
     finally:
         slog.close()
     meta = {
@@ -295,7 +301,8 @@ async def _run_one(
         "started_at": started.isoformat(timespec="seconds"),
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "wall_time_s": round(time.perf_counter() - clock, 3),
-        "backend_stats": backend.stats(),  # the run's backend, shared by its concurrent streams
+        # the run's backend, shared by its concurrent streams, over every invocation that ran this stream
+        "backend_stats": total_stats(carried, backend.stats()),
         "config": {**spec.config, "seed": seed},
         "versions": _versions(),
         "git": _git(),

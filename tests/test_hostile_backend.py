@@ -3,10 +3,12 @@ whatever `backoff_max` said (about 2 hours of waiting per run with the defaults)
 stored whole, negative token counts were accepted, and unparseable replies cached from a broken
 endpoint were served to a later run against a working one; a body trickled a byte at a time held one
 call for 31 s past a 2 s timeout, a 300 MB body was read whole, malformed top_logprobs crashed the
-run, and concurrent streams spent 4004 tokens of a budget of 1500."""
+run, concurrent streams spent 4004 tokens of a budget of 1500, and after a resume meta.json counted
+only the last invocation's tokens and cost."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 
@@ -16,6 +18,7 @@ import pytest
 from runners.llm.backend import BackendExhausted, Request
 from runners.llm.openai_backend import MAX_BODY_BYTES, OpenAIBackend, planned_cost
 from runners.llm.response_cache import ResponseCache
+from runners.run import RunStopped
 from tests.helpers.hostile import run
 from tests.helpers.stub_server import StubReply, StubServer, completion, echoed
 from tests.test_openai_backend import run as ask
@@ -192,3 +195,20 @@ def test_concurrent_calls_overshoot_the_token_budget_by_less_than_one_calls_rese
     stats = backend.stats()
     spent = stats["prompt_tokens"] + stats["completion_tokens"]
     assert 300 - (prompt + completion_bound) <= spent < 300 + prompt + completion_bound, spent
+
+
+def test_after_a_resume_meta_json_totals_the_tokens_and_cost_of_every_invocation(tmp_path, stub_server):
+    stub_server.default = StubReply(body=completion("Answer: A"))  # 11 prompt + 3 completion tokens a call
+    results = tmp_path / "results"
+    llm = ("llm=openai", "llm.model=m", f"llm.base_url={stub_server.base_url}", "llm.price_in=1", "llm.price_out=2")
+    with pytest.raises(RunStopped, match=r"llm\.max_total_tokens=50 spent"):
+        run(results, *llm, "llm.max_total_tokens=50")  # 4 calls of the 8 episodes
+    first = len(stub_server.requests)
+    run(results, *llm)
+    (meta,) = [json.loads(p.read_text()) for p in results.rglob("meta.json")]
+    calls = len(stub_server.requests)
+    assert first == 4 and calls == 8 and meta["replayed"] == 4
+    stats = meta["backend_stats"]
+    assert (stats["requests"], stats["prompt_tokens"], stats["completion_tokens"]) == (8, 88, 24)
+    assert stats["cost"] == pytest.approx((88 * 1 + 24 * 2) / 1e6)
+    assert not list(results.rglob("*.partial.*"))
