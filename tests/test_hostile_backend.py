@@ -200,7 +200,13 @@ def test_concurrent_calls_overshoot_the_token_budget_by_less_than_one_calls_rese
 def test_after_a_resume_meta_json_totals_the_tokens_and_cost_of_every_invocation(tmp_path, stub_server):
     stub_server.default = StubReply(body=completion("Answer: A"))  # 11 prompt + 3 completion tokens a call
     results = tmp_path / "results"
-    llm = ("llm=openai", "llm.model=m", f"llm.base_url={stub_server.base_url}", "llm.price_in=1", "llm.price_out=2")
+    llm = (
+        "llm=openai",
+        "llm.model=m",
+        f"llm.base_url={stub_server.base_url}",
+        "llm.price_in=1",
+        "llm.price_out=2",
+    )
     with pytest.raises(RunStopped, match=r"llm\.max_total_tokens=50 spent"):
         run(results, *llm, "llm.max_total_tokens=50")  # 4 calls of the 8 episodes
     first = len(stub_server.requests)
