@@ -10,8 +10,11 @@ Why it looks the way it does:
   cleanly and resumes later instead of logging hundreds of empty answers.
 - The API key is read from the environment variable *named* by `api_key_env` when a client is made and is
   never kept on this object: `repr()`, `stats()` and pickling never contain it. An endpoint may echo it
-  (in a reply or an error): its value is scrubbed from both before anything is logged or cached.
-- The endpoint is not trusted: one wait for a retry is at most `retry_after_max` (default
+  (in a reply or an error): its value and anything shaped like a key (`runners.llm.secrets`) are
+  scrubbed from both where they are received; a reply that had to be scrubbed is never cached.
+- The endpoint is not trusted: an attempt must end within `timeout` as a whole (the client's own
+  timeout is per read, which a body trickled a byte at a time never trips); a body is read up to
+  MAX_BODY_BYTES, uncompressed; one wait for a retry is at most `retry_after_max` (default
   `backoff_max`), whatever Retry-After says; the time a run spends on failed attempts and retry waits
   together is at most `max_retry_wait` (plus the attempts in flight, each at most `timeout`), after
   which the run stops (BackendExhausted) and a rerun resumes it; replies longer than `max_reply_chars`
@@ -250,9 +253,9 @@ class OpenAIBackend:
     that returns no prompt log-probabilities stops the run with a ConfigError. `cache_path` (a SQLite
     file) makes reruns free and identical; None disables it.
 
-    `max_total_tokens` caps the tokens (prompt and completion) this backend's new calls may spend: once
-    they are spent the next new call raises BackendExhausted, so the run stops cleanly and a rerun
-    resumes it (cached replies cost nothing). `price_in` / `price_out` (per million prompt / completion
+    `max_total_tokens` caps the tokens (prompt and completion) this backend's new calls may spend, as a
+    reservation shared by concurrent calls (`_reserve`): once they are spent the next new call raises
+    BackendExhausted, so the run stops cleanly and a rerun resumes it (cached replies cost nothing). `price_in` / `price_out` (per million prompt / completion
     tokens) turn the spent tokens into `cost` in `stats()`.
     """
 
