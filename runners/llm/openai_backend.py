@@ -255,8 +255,9 @@ class OpenAIBackend:
 
     `max_total_tokens` caps the tokens (prompt and completion) this backend's new calls may spend, as a
     reservation shared by concurrent calls (`_reserve`): once they are spent the next new call raises
-    BackendExhausted, so the run stops cleanly and a rerun resumes it (cached replies cost nothing). `price_in` / `price_out` (per million prompt / completion
-    tokens) turn the spent tokens into `cost` in `stats()`.
+    BackendExhausted, so the run stops cleanly and a rerun resumes it (cached replies cost nothing).
+    `price_in` / `price_out` (per million prompt / completion tokens) turn the spent tokens into `cost`
+    in `stats()`.
     """
 
     name = "openai"
