@@ -39,6 +39,7 @@ from omegaconf.errors import OmegaConfBaseException
 from analysis.data.validate import unwritable
 from envs.base import Environment
 from runners.llm.backend import Backend
+from runners.llm.secrets import KEY_SHAPED
 from runners.registry import HARNESS_KEYS, import_target, require_class
 from tepa.protocol import Memory, missing_members
 
@@ -46,10 +47,11 @@ from tepa.protocol import Memory, missing_members
 RESERVED = frozenset({"_target_", *HARNESS_KEYS})
 # Parameter names that would hold a secret. Keys live in environment variables (llm.api_key_env).
 _SECRET = re.compile(r"(^|_)(api_?key|token|secret|password)$")
-# Values that look like a credential: provider key formats, a bearer token, a URL with a user part.
+# Values that look like a credential: provider key formats (`runners.llm.secrets`), a bearer token, a URL
+# with a user part or with a secret-named parameter in its query string (`?api_key=...`).
 _SECRET_VALUE = re.compile(
-    r"sk-[A-Za-z0-9_\-]{16,}|\bBearer\s+\S{8,}|[A-Za-z][A-Za-z0-9+.\-]*://[^/@\s]*@"
-    r"|\b(?:gh[pousr]_[A-Za-z0-9]{20,}|hf_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_\-]{30,}|xox[abprs]-)"
+    rf"{KEY_SHAPED.pattern}|\bBearer\s+\S{{8,}}|[A-Za-z][A-Za-z0-9+.\-]*://[^/@\s]*@"
+    r"|[?&;](?:[A-Za-z0-9_\-]*[_\-])?(?:api[_\-]?key|key|token|secret|password|sig|signature)=[^&#\s]"
 )
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _DIR_NAME = re.compile(r"[A-Za-z0-9_.=+-]+")
@@ -240,7 +242,10 @@ def secret_problem(key: str, value: Any) -> str | None:
         return f": must name an environment variable (letters, digits, _), not hold the key itself{hint}"
     texts = [value] if isinstance(value, str) else _strings(value)
     if any(_SECRET_VALUE.search(text) for text in texts):
-        return f": the value looks like a credential (a key, a token or a URL with user:password@){hint}"
+        return (
+            ": the value looks like a credential (a key, a token, or a URL with user:password@ or a key "
+            f"in its query string){hint}"
+        )
     return None
 
 

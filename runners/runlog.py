@@ -50,6 +50,9 @@ from tepa.archive import EVENT_LAYOUT
 log = logging.getLogger(__name__)
 
 PARTIAL_EPISODES = "episodes.partial.jsonl"
+#: Beside the partial log: the backend stats of the invocations that stopped before the stream was done,
+#: so that the finished stream's meta.json totals what all of them spent.
+PARTIAL_STATS = "episodes.partial.stats.json"
 #: A partial-log line longer than this is damage, not an episode (a reply is a few kB at most).
 MAX_LINE_BYTES = 1 << 20
 #: How often a process waiting for another's lock looks again (seconds).
@@ -238,6 +241,21 @@ class StreamLog:
 
     def discard_partial(self) -> None:
         (self.dir / PARTIAL_EPISODES).unlink(missing_ok=True)
+        (self.dir / PARTIAL_STATS).unlink(missing_ok=True)
+
+    def carried_stats(self) -> dict[str, Any]:
+        """The backend stats that earlier invocations of this stream saved (`save_stats`), or {}."""
+        try:
+            saved = json.loads((self.dir / PARTIAL_STATS).read_bytes())
+        except (OSError, ValueError):
+            return {}
+        ok = isinstance(saved, dict) and saved.get("fingerprint") == self.fingerprint
+        return saved["stats"] if ok and isinstance(saved.get("stats"), dict) else {}
+
+    def save_stats(self, stats: Mapping[str, Any]) -> None:
+        """Keep the backend stats of an invocation that stops before the stream is done."""
+        data = {"fingerprint": self.fingerprint, "stats": stats}
+        atomic_write_bytes(self.dir / PARTIAL_STATS, _dumps(data).encode(), durable=False)
 
     # ----- resume
     def replay(self, problem: Callable[[Mapping[str, Any]], str | None] = lambda _: None) -> list[dict]:
