@@ -18,7 +18,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 STATE_COLORS = {"hypothesis": "#bdbdbd", "active": "#2ca02c", "revoked": "#d62728"}
-EVENT_COLUMNS = ["t", "event", "id", "key", "value", "s", "f", "state"]
+EVENT_COLUMNS = ["t", "event", "reason", "id", "key", "value", "s", "f", "state"]
 _LABEL_CHARS = 40
 
 
