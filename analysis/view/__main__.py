@@ -42,7 +42,7 @@ def write(root: Path, out: Path, max_mb: float) -> str:
     with tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".{out.name}.", delete=False) as tmp:
         tmp.write(html)
     os.replace(tmp.name, out)
-    return f"wrote {out}: {len(streams)} stream(s), {len(skipped)} not shown, {len(html) / 1e6:.1f} MB"
+    return f"wrote {out}: {len(streams)} stream(s), {len(skipped)} not shown, {len(html) / 1e6:.2f} MB"
 
 
 def main(argv: list[str] | None = None) -> int:
