@@ -46,7 +46,13 @@ def _sample_columns(t: int, length: int) -> dict[str, str]:
 
 
 def write_stream(
-    root: Path, memory: str, *, length: int = 40, logged: bool = True, events: tuple = (), complete: bool = True
+    root: Path,
+    memory: str,
+    *,
+    length: int = 40,
+    logged: bool = True,
+    events: tuple = (),
+    complete: bool = True,
 ) -> Path:
     """One stream as the runner writes it: episodes.parquet (the record's columns, plus the logged-sample
     columns when `logged`), archive.jsonl and a meta.json with the files' checksums."""
@@ -78,7 +84,9 @@ def write_stream(
 
 
 def _event(t: int, event: str, pid: int, value: str, state: str) -> dict:
-    return dict(t=t, event=event, reason=f"{event} at {t}", id=pid, key="0", value=value, s=1, f=0, state=state)
+    return dict(
+        t=t, event=event, reason=f"{event} at {t}", id=pid, key="0", value=value, s=1, f=0, state=state
+    )
 
 
 EVENTS = (
@@ -114,7 +122,9 @@ def page(tmp_path_factory) -> Path:
 def _chromium(*args: str) -> subprocess.CompletedProcess:
     binary = shutil.which("chromium")
     if binary is None:
-        pytest.fail("chromium not found: install it (apt-get install -y chromium) for the viewer tests", False)
+        pytest.fail(
+            "chromium not found: install it (apt-get install -y chromium) for the viewer tests", False
+        )
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
     flags += ["--disable-background-networking", "--disable-component-update", "--disable-sync"]
     with tempfile.TemporaryDirectory() as profile:
@@ -178,8 +188,10 @@ def test_the_page_shows_the_runs_and_the_selected_episodes_prompt_in_a_real_brow
     assert "PROMPT OF STEP 25" in prompt and "You are an agent working in a world" in prompt
     assert NOT_LOGGED not in prompt
     # In the return phase the world holds "rotate": the VALID "flip" and the FAILED "rotate" lines are stale.
-    assert "2 stale" in dom.text["ep-outcome"] and dom.text["ep-outcome"].startswith("FAILURE: action \"wait\"")
-    assert dom.text["ep-memory"].count("stale") == 2 and 'the world holds "rotate" now' in dom.text["ep-memory"]
+    assert "2 stale" in dom.text["ep-outcome"] and dom.text["ep-outcome"].startswith('FAILURE: action "wait"')
+    assert (
+        dom.text["ep-memory"].count("stale") == 2 and 'the world holds "rotate" now' in dom.text["ep-memory"]
+    )
     assert "promoted: #1" not in dom.text["ep-events"]  # step 25 has no event: "none"
     assert dom.text["ep-events"].strip() == "none"
     segments = [a for a in dom.inside("rect", "timeline-svg") if a.get("class") == "segment"]
@@ -211,11 +223,14 @@ def test_a_reply_that_looks_like_markup_is_shown_as_text(page):
     assert dom.title == "Run viewer"  # the reply's onerror never ran
 
 
-def test_filters_in_the_address_select_the_episodes_listed(page):
-    dom = open_page(page, "run=exp/controlled_drift/tepa_rev/seed=0&outcome=failure&phase=return")
+def test_filters_and_the_step_in_the_address_select_what_is_shown(page):
+    dom = open_page(page, "run=exp/controlled_drift/tepa_rev/seed=0&outcome=failure&phase=return&t=3")
     listed = [int(a["data-t"]) for a in dom.inside("tr", "episodes") if "data-t" in a]
     assert listed == [20, 25, 30, 35]
     assert "4 of 40 episodes" in dom.text["list-count"]
+    # Step 3 is filtered out: the nearest listed step is shown instead, and the page says so.
+    assert dom.text["ep-title"].startswith("Step 20,")
+    assert "step 3 is not among the episodes shown" in dom.text["ep-missing"]
 
 
 def test_the_screenshot_is_a_drawn_page(page, tmp_path):
@@ -230,7 +245,9 @@ def test_the_screenshot_is_a_drawn_page(page, tmp_path):
 
 
 def _embedded(page: Path, i: int) -> dict:
-    tag = re.search(rf'<script type="application/json" id="stream-{i}">(.*?)</script>', page.read_text(), re.S)
+    tag = re.search(
+        rf'<script type="application/json" id="stream-{i}">(.*?)</script>', page.read_text(), re.S
+    )
     assert tag is not None
     return json.loads(tag.group(1))
 
@@ -253,7 +270,12 @@ def test_a_big_stream_is_sampled_to_the_size_limit_boundaries_then_failures(tmp_
 
 def test_stale_lines_follow_the_verdict_against_the_truth_of_each_hop():
     hops = [
-        [[1, "VALID", "a", 1, 0], [2, "VALID", "b", 1, 0], [3, "FAILED", "a", None, None], [4, "FAILED", "b", 0, 1]],
+        [
+            [1, "VALID", "a", 1, 0],
+            [2, "VALID", "b", 1, 0],
+            [3, "FAILED", "a", None, None],
+            [4, "FAILED", "b", 0, 1],
+        ],
         [[5, "VALID", "a", None, None]],
     ]
     assert stale_lines(hops, ["a", None]) == [[False, True, True, False], [None]]
@@ -280,7 +302,9 @@ def test_a_malformed_sample_value_is_noted_on_the_stream(tmp_path):
     out = tmp_path / "view.html"
     assert main([str(tmp_path / "runs"), "--out", str(out)]) == 0
     data = _embedded(out, 0)
-    assert data["logged"]["notes"] == ["column evidence: 1 value(s) not in the logged-sample format, shown as not logged"]
+    assert data["logged"]["notes"] == [
+        "column evidence: 1 value(s) not in the logged-sample format, shown as not logged"
+    ]
     assert data["rows"][4][data["columns"].index("stale")] is None
 
 

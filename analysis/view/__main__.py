@@ -41,6 +41,7 @@ def write(root: Path, out: Path, max_mb: float) -> str:
     html = render(streams, skipped, f"Runs under {root}", int(max_mb * 1e6)).encode("ascii")
     with tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".{out.name}.", delete=False) as tmp:
         tmp.write(html)
+    os.chmod(tmp.name, 0o644)  # a page to open and share, not a private file
     os.replace(tmp.name, out)
     return f"wrote {out}: {len(streams)} stream(s), {len(skipped)} not shown, {len(html) / 1e6:.2f} MB"
 

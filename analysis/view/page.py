@@ -9,11 +9,13 @@ once). Everything in them comes from logs and is untrusted: the page inserts it 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from analysis.report.timeline import STATE_COLORS
@@ -29,14 +31,18 @@ _INDEX, _STREAMS = "/*INDEX*/", "<!--STREAMS-->"
 
 def encode(value: Any) -> str:
     """`value` as JSON that is safe inside a script tag: ASCII, compact, no `<`."""
-    return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False).replace(
+        "<", "\\u003c"
+    )
 
 
 def _plain(value: Any) -> Any:
-    """A pandas/numpy cell as a JSON value (None for a missing one)."""
-    if value is None or (not isinstance(value, str) and pd.isna(value)):
+    """A pandas/numpy cell as a JSON value (None for a missing one, NaN included)."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or value is pd.NA or (isinstance(value, float) and not math.isfinite(value)):
         return None
-    return value.item() if hasattr(value, "item") else value
+    return value
 
 
 _EVENT_FIELDS = ("event", "reason", "id", "value", "s", "f", "state")
@@ -102,7 +108,9 @@ def _episode_rows(stream: Stream, events: dict[int, list[list[Any]]], malformed:
                         for hop, hop_flags in zip(evidence, flags, strict=True)]  # fmt: skip
             stale = sum(f is True for hop_flags in flags for f in hop_flags)
         t = get["t"][i]
-        row = {name: get[name][i] for name in ("action", "correct", "parse_ok", "reply", "error", "n_evidence")}
+        row = {
+            name: get[name][i] for name in ("action", "correct", "parse_ok", "reply", "error", "n_evidence")
+        }
         row |= {
             "t": t,
             "phase": phases.get(get["phase"][i]),
@@ -187,7 +195,7 @@ def _prepare(stream: Stream) -> _Prepared:
 
 def _run_row(i: int, item: _Prepared) -> dict[str, Any]:
     s = item.stream
-    return {"id": i, "run": s.run, **s.labels, "variant": s.variant, "verified": s.verified}| {
+    return {"id": i, "run": s.run, **s.labels, "variant": s.variant, "verified": s.verified} | {
         "n": len(item.rows),
         "shown": len(item.rows),
         "success": _success(s),
