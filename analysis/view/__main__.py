@@ -11,7 +11,6 @@ from pathlib import Path
 
 from analysis.data.validate import unwritable
 from analysis.view.page import render
-from analysis.view.streams import read_streams
 
 #: The default size limit of the page: one paper experiment (200 streams of 1600 episodes) fits in it.
 DEFAULT_MAX_MB = 20.0
@@ -37,13 +36,13 @@ def write(root: Path, out: Path, max_mb: float) -> str:
     problem = unwritable(out.parent)
     if problem:
         raise ValueError(f"--out {out}: {out.parent} is {problem}")
-    streams, skipped = read_streams(root)
-    html = render(streams, skipped, f"Runs under {root}", int(max_mb * 1e6)).encode("ascii")
+    page, shown, skipped = render(root, f"Runs under {root}", int(max_mb * 1e6))
+    html = page.encode("ascii")
     with tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".{out.name}.", delete=False) as tmp:
         tmp.write(html)
     os.chmod(tmp.name, 0o644)  # a page to open and share, not a private file
     os.replace(tmp.name, out)
-    return f"wrote {out}: {len(streams)} stream(s), {len(skipped)} not shown, {len(html) / 1e6:.2f} MB"
+    return f"wrote {out}: {shown} stream(s), {skipped} not shown, {len(html) / 1e6:.2f} MB"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ import pandas as pd
 from analysis.report.timeline import STATE_COLORS
 from analysis.view import sample
 from analysis.view.samples import SAMPLE_COLUMNS, decode, stale_lines
-from analysis.view.streams import SHOWN_COLUMNS, Skipped, Stream
+from analysis.view.streams import SHOWN_COLUMNS, Skipped, Stream, find_streams, order, read_stream
 
 #: The fields of an episode row as the page reads them, in order.
 COLUMNS = ("t", "phase", "key", "success", "action", "correct", "parse_ok", "reply", "hops", "error")
@@ -87,16 +88,16 @@ def _hops(text: object) -> list[str] | None:
     return hops if isinstance(hops, list) and all(isinstance(h, str) for h in hops) else None
 
 
-def _episode_rows(stream: Stream, events: dict[int, list[list[Any]]], malformed: dict[str, int]) -> list[str]:
-    """Every episode of `stream` as an encoded COLUMNS row, with `events` (by step) at its step; counts
-    malformed sample values by column."""
+def _episode_rows(
+    stream: Stream, events: dict[int, list[list[Any]]], malformed: dict[str, int], positions: Iterable[int]
+) -> Iterator[str]:
+    """The episodes of `stream` at `positions` as encoded COLUMNS rows, with `events` (by step) at their
+    step; counts malformed sample values by column."""
     phases = {name: i for i, (name, _) in enumerate(stream.phases)}
     columns = stream.episodes
-    n = len(columns["t"])
-    missing = [None] * n
+    missing = [None] * len(columns["t"])
     get = {name: columns.get(name, missing) for name in (*SHOWN_COLUMNS, *SAMPLE_COLUMNS)}
-    rows = []
-    for i in range(n):
+    for i in positions:
         decoded = {}
         for column in SAMPLE_COLUMNS:
             decoded[column], bad = decode(column, get[column][i])
@@ -122,8 +123,7 @@ def _episode_rows(stream: Stream, events: dict[int, list[list[Any]]], malformed:
             **decoded,
             "evidence": evidence,
         }
-        rows.append(encode([row[c] for c in COLUMNS]))
-    return rows
+        yield encode([row[c] for c in COLUMNS])
 
 
 def _success(stream: Stream) -> dict[str, float]:
@@ -156,19 +156,18 @@ def _tag(i: int, payload: str) -> str:
 
 @dataclass(frozen=True)
 class _Prepared:
-    """One stream made ready for sampling: its encoded rows and key timelines with their costs."""
+    """One stream made ready for sampling: what each row and key timeline costs, without the rows (a
+    stream's rows are encoded again for the page, only the chosen ones, so that memory holds one
+    stream's logs at a time whatever the size of the run)."""
 
-    stream: Stream
-    rows: list[str]
+    stream: Stream  # without its episodes and events
+    row_costs: list[int]
     keys: list[str]
     timelines: dict[str, str]
     tiers: list[sample.Tier]
     logged: dict[str, Any]
+    success: dict[str, float]
     fixed: int  # the bytes of its tag without rows and timelines, at most
-
-    @property
-    def row_costs(self) -> list[int]:
-        return [len(row) + 1 for row in self.rows]
 
     @property
     def key_costs(self) -> dict[str, int]:
@@ -182,33 +181,54 @@ class _Prepared:
 def _prepare(stream: Stream) -> _Prepared:
     malformed: dict[str, int] = {}
     events = _events(stream)
-    rows = _episode_rows(stream, _events_by_t(events), malformed)
     columns = stream.episodes
-    keys = [k or "" for k in columns.get("key", [""] * len(rows))]
+    n = len(columns["t"])
+    costs = [len(row) + 1 for row in _episode_rows(stream, _events_by_t(events), malformed, range(n))]
+    keys = [k or "" for k in columns.get("key", [""] * n)]
     boundaries = [start for _, start in stream.phases[1:]]
     tiers = sample.tiers(columns["t"], columns["success"], boundaries)
     worst = sample.describe([(tier.name, len(tier.rows) - 1, len(tier.rows)) for tier in tiers])
     logged = _logged(stream, malformed)
     fixed = sum(map(len, _stream_parts(stream, worst, logged))) + len(_tag(10**6, "")) + 2
-    return _Prepared(stream, rows, keys, _timelines(events), tiers, logged, fixed)
+    light = replace(stream, episodes={}, events=stream.events.iloc[0:0])
+    return _Prepared(light, costs, keys, _timelines(events), tiers, logged, _success(stream), fixed)
 
 
 def _run_row(i: int, item: _Prepared) -> dict[str, Any]:
     s = item.stream
     return {"id": i, "run": s.run, **s.labels, "variant": s.variant, "verified": s.verified} | {
-        "n": len(item.rows),
-        "shown": len(item.rows),
-        "success": _success(s),
+        "n": len(item.row_costs),
+        "shown": len(item.row_costs),
+        "success": item.success,
     }
 
 
-def render(streams: Sequence[Stream], skipped: Sequence[Skipped], title: str, max_bytes: int) -> str:
-    """The page for `streams` (and the list of `skipped` ones) in at most `max_bytes` bytes."""
+def _rows_again(root: Path, item: _Prepared, chosen: list[int]) -> Iterator[str]:
+    """The chosen rows of a prepared stream, read and encoded again."""
+    stream = read_stream(root, item.stream.path)
+    if isinstance(stream, Skipped) or len(stream.episodes["t"]) != len(item.row_costs):
+        raise ValueError(f"{item.stream.path}: changed while the page was being written; run it again")
+    return _episode_rows(stream, _events_by_t(_events(stream)), {}, chosen)
+
+
+def render(root: str | Path, title: str, max_bytes: int) -> tuple[str, int, int]:
+    """The page of the streams under `root` in at most `max_bytes` bytes; how many streams it shows and
+    how many it lists as not shown."""
+    root = Path(root)
     template = resources.files("analysis.view").joinpath("page.html").read_text(encoding="ascii")
-    prepared = [_prepare(stream) for stream in streams]
+    run_dirs, skipped = find_streams(root)
+    prepared = []
+    for run_dir in run_dirs:
+        stream = read_stream(root, run_dir)
+        if isinstance(stream, Skipped):
+            skipped.append(stream)
+        else:
+            prepared.append(_prepare(stream))
+    prepared.sort(key=lambda item: order(item.stream))
+    skipped.sort(key=lambda s: s.run)
     index = {
         "title": title,
-        "phases": list(dict.fromkeys(name for s in streams for name, _ in s.phases)),
+        "phases": list(dict.fromkeys(name for item in prepared for name, _ in item.stream.phases)),
         "states": STATE_COLORS,
         "boundary": sample.BOUNDARY,
         "max_bytes": max_bytes,
@@ -217,7 +237,7 @@ def render(streams: Sequence[Stream], skipped: Sequence[Skipped], title: str, ma
     }
     overhead = len(template) + len(encode(index)) + sum(item.fixed for item in prepared)
     if overhead > max_bytes:
-        raise ValueError(f"--max-mb {max_bytes / 1e6:g}: too small for the table of {len(streams)} streams")
+        raise ValueError(f"--max-mb {max_bytes / 1e6:g}: too small for the table of {len(prepared)} streams")
     budgets = sample.shares([item.need() for item in prepared], max_bytes - overhead)
     tags = []
     for i, (item, budget) in enumerate(zip(prepared, budgets, strict=True)):
@@ -226,7 +246,8 @@ def render(streams: Sequence[Stream], skipped: Sequence[Skipped], title: str, ma
         head, middle = _stream_parts(item.stream, sample.describe(summary), item.logged)
         keys = dict.fromkeys(item.keys[r] for r in chosen if item.keys[r] in item.timelines)
         lines = ",".join(f"{encode(key)}:{item.timelines[key]}" for key in keys)
-        tags.append(_tag(i, head + ",".join(item.rows[r] for r in chosen) + middle + lines + "}}"))
+        rows = ",".join(_rows_again(root, item, chosen)) if chosen else ""
+        tags.append(_tag(i, head + rows + middle + lines + "}}"))
     before, after = template.split(_INDEX)
     middle, end = after.split(_STREAMS)
-    return before + encode(index) + middle + "".join(tags) + end
+    return before + encode(index) + middle + "".join(tags) + end, len(prepared), len(skipped)

@@ -27,12 +27,14 @@ SHOWN_COLUMNS += ("error", "n_evidence")
 
 @dataclass(frozen=True)
 class Stream:
-    """One stream's logs as the view needs them. `run` is its directory relative to the root;
-    `episodes` holds SHOWN_COLUMNS and SAMPLE_COLUMNS (those the log has) as lists, sorted by t
-    (plain Python values: the page encodes every row, and pandas rows cost ten times more); `events` is
-    `analysis.report.timeline.read_lifecycle`'s frame; `phases` (name, first t) in stream order."""
+    """One stream's logs as the view needs them. `run` is its directory relative to the root, `path` the
+    directory; `episodes` holds SHOWN_COLUMNS and SAMPLE_COLUMNS (those the log has) as lists, sorted
+    by t (plain Python values: the page encodes every row, and pandas rows cost ten times more);
+    `events` is `analysis.report.timeline.read_lifecycle`'s frame; `phases` (name, first t) in stream
+    order, `end` the step after the last episode."""
 
     run: str
+    path: Path
     labels: dict[str, object]
     variant: str
     verified: bool
@@ -54,7 +56,8 @@ def _name(root: Path, run_dir: Path) -> str:
     return run_dir.relative_to(root).as_posix() if run_dir != root else run_dir.name
 
 
-def _read(root: Path, run_dir: Path) -> Stream | Skipped:
+def read_stream(root: Path, run_dir: Path) -> Stream | Skipped:
+    """One stream directory (under `root`) read and checked, or why it cannot be shown."""
     name = _name(root, run_dir)
     meta = read_meta(run_dir)
     verified = "files" in meta  # runs written before checksums were recorded are read unverified
@@ -76,28 +79,27 @@ def _read(root: Path, run_dir: Path) -> Stream | Skipped:
     except (ValueError, OSError, pa.ArrowException) as exc:  # a JSON error is a ValueError
         reason = str(exc).splitlines()[0] if str(exc) else repr(exc)
         return Skipped(name, reason)
-    return Stream(name, labels, str(meta.get("variant") or ""), verified, episodes, events, phases, end)
+    variant = str(meta.get("variant") or "")
+    return Stream(name, run_dir, labels, variant, verified, episodes, events, phases, end)
 
 
-def read_streams(root: str | Path) -> tuple[list[Stream], list[Skipped]]:
-    """Every stream directory under `root` (or `root` itself when it is one), in sorted order: the ones
-    that can be shown and the ones that cannot. A ValueError when `root` holds no stream at all."""
+def find_streams(root: str | Path) -> tuple[list[Path], list[Skipped]]:
+    """The complete stream directories under `root` (or `root` itself when it is one), sorted, and the
+    incomplete ones as skipped. A ValueError when `root` holds no stream at all."""
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"{root}: not a directory")
     found = sorted(
         p.parent for p in root.rglob(integrity.META) if not integrity.is_aside(p.parent.relative_to(root))
     )
-    complete = set(find_runs(root))
-    streams: list[Stream] = []
-    skipped: list[Skipped] = []
-    for run_dir in found:
-        if run_dir not in complete:
-            skipped.append(Skipped(_name(root, run_dir), "incomplete (meta.json does not mark it complete)"))
-            continue
-        read = _read(root, run_dir)
-        (streams if isinstance(read, Stream) else skipped).append(read)
     if not found:
         raise ValueError(f"{root}: no stream logs under it (no {integrity.META})")
-    streams.sort(key=lambda s: (*(str(s.labels[n]) for n in LABELS[:3]), s.variant, s.labels["seed"], s.run))
-    return streams, skipped
+    complete = set(find_runs(root))
+    incomplete = "incomplete (meta.json does not mark it complete)"
+    skipped = [Skipped(_name(root, d), incomplete) for d in found if d not in complete]
+    return [d for d in found if d in complete], skipped
+
+
+def order(stream: Stream) -> tuple:
+    """The order of streams in the page: by labels, configuration variant, then seed."""
+    return (*(str(stream.labels[n]) for n in LABELS[:3]), stream.variant, stream.labels["seed"], stream.run)
