@@ -184,7 +184,8 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
     if max_episodes is not None and max_episodes < 1:
         raise ConfigError(f"max_episodes={max_episodes}: must be >= 1 (null runs the whole stream)")
     check_dir_name("name", resolved["name"])
-    check_results_dir(resolved["results_dir"])
+    if not resolved.get("plan"):  # a plan writes nothing (checking the folder creates it)
+        check_results_dir(resolved["results_dir"])
     components = {g: _component(g, resolved[g], choices.get(g)) for g in ("env", "memory", "llm")}
     config = {k: v for k, v in resolved.items() if k not in ("seed", "seeds", "plan")}
     return RunSpec(
@@ -219,7 +220,7 @@ def _component(group: str, node: Any, choice: str | None) -> Component:
     hints = _check_signature(group, target, cls, params)
     if group == "memory":  # stored as the parameters' types say, as run identities have recorded them
         params = {k: float(v) if hints.get(k) is float and type(v) is int else v for k, v in params.items()}
-    label = node.get("label") or _default_label(target, cls, choice)
+    label = node.get("label") or _default_label(group, target, cls, choice)
     check_dir_name(f"{group}.label", label)
     component = Component(group=group, target=target, cls=cls, params=params, label=label)
     if group == "memory":
@@ -350,10 +351,15 @@ def _type_name(expected: Any) -> str:
     return str(expected).replace("typing.", "")
 
 
-def _default_label(target: str, cls: type, choice: str | None) -> str:
-    """The group option's name; for a class from outside the project, the class's name."""
+def _default_label(group: str, target: str, cls: type, choice: str | None) -> str:
+    """The group option's name; for a class from outside the project, an environment's own `name` (set
+    in the class itself and a plain folder name: a subclass that only inherits a built-in's name would
+    share its folder), else the class's name in lower case."""
     if choice and target.startswith(_PROJECT_PACKAGES):
         return choice
+    own = vars(cls).get("name")
+    if group == "env" and isinstance(own, str) and _DIR_NAME.fullmatch(own) and own.strip("."):
+        return own
     return cls.__name__.lower()
 
 

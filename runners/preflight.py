@@ -21,9 +21,10 @@ _DIR_OPTIONS = ("--config-dir", "-cd", "--config-path", "-cp")
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: about 10x faster
 
 
-def check_command_line(argv: Sequence[str], conf_dir: Path) -> None:
+def check_command_line(argv: Sequence[str], conf_dir: Path, *, writes: bool = True) -> None:
     """Raise ConfigError for the first override (or config file) that must not reach Hydra; the
-    config folders are `conf_dir` and any given with --config-dir or --config-path."""
+    config folders are `conf_dir` and any given with --config-dir or --config-path. `writes=False` (a
+    plan) leaves `results_dir` alone: checking it creates it."""
     dirs = [conf_dir]
     for i, arg in enumerate(argv):
         if arg in _DIR_OPTIONS and i + 1 < len(argv):
@@ -40,7 +41,7 @@ def check_command_line(argv: Sequence[str], conf_dir: Path) -> None:
         if key == "name" and "(" not in value:  # a sweep function (range, choice) is left to Hydra
             for part in value.split(","):  # a sweep over names: each one
                 check_dir_name("name", part)
-        elif key == "results_dir":
+        elif key == "results_dir" and writes:
             check_results_dir(value)
     check_yaml_files(dirs)
 

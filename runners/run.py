@@ -37,7 +37,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from runners import slots
+from runners import plan, slots
 from runners.agent.loop import ReplayMismatch, replay_problem, run_stream
 from runners.compose import CONF_DIR, PROJECT_ROOT
 from runners.config import ConfigError, RunSpec, validate
@@ -96,9 +96,10 @@ class RunSummary:
     def describe(self) -> str:
         n, skipped = len(self.streams), sum(s.skipped for s in self.streams)
         replayed = sum(s.replayed for s in self.streams)
+        where = os.path.commonpath([s.directory for s in self.streams]) if self.streams else ""
         return (
             f"{n} stream(s): {n - skipped} run, {skipped} skipped (complete); "
-            f"{self.episodes_run} episode(s) executed, {replayed} replayed"
+            f"{self.episodes_run} episode(s) executed, {replayed} replayed; logs in {where}"
         )
 
 
@@ -108,9 +109,7 @@ def execute(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSummary:
     its plan instead (`runners.plan`) and run nothing."""
     spec = validate(cfg, choices)
     if spec.plan:
-        from runners.plan import plan  # here: it imports the openai client, a second of start-up per process
-
-        print(plan(spec).describe(f"{spec.name} {spec.env.label} {spec.memory.label}"), flush=True)
+        print(plan.plan(spec).describe(f"{spec.name} {spec.env.label} {spec.memory.label}"), flush=True)
         return RunSummary(())
     variant = variant_of(cfg, choices, str(CONF_DIR))
     with slots.held():  # a no-op unless `make reproduce` shares the cores among its experiments
@@ -390,10 +389,13 @@ def cli() -> None:
     (`runners.preflight`: secrets, unwritable folders, broken YAML), then the Hydra entry point. A
     SIGINT before the run installs its handlers, or while a multirun's launcher waits for its jobs, ends
     it with one line too."""
+    planning = plan.requested(sys.argv[1:])
     try:
-        check_command_line(sys.argv[1:], CONF_DIR)
+        check_command_line(sys.argv[1:], CONF_DIR, writes=not planning)
     except ConfigError as exc:
         sys.exit(f"error: {exc}")
+    if planning:  # before Hydra, which would write its job folders
+        sys.exit(plan.main(sys.argv[1:], str(CONF_DIR)))
     try:
         main()
     except KeyboardInterrupt:

@@ -35,16 +35,17 @@ import re
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 from urllib.parse import urlsplit, urlunsplit
-
-import openai
 
 from runners.agent.prompt import ANSWER_CUE, completion_prompt, count_message_tokens, count_tokens
 from runners.config import ConfigError
 from runners.llm.backend import BackendExhausted, Reply, Request
 from runners.llm.loglik import NoPromptLogprobs, OptionScore, choose, continuation, option_loglik
 from runners.llm.response_cache import ResponseCache, cache_key
+
+if TYPE_CHECKING:  # imported where it is used: the client takes most of a second, and a plan never calls
+    import openai
 
 SCORINGS = ("text", "logprobs", "loglik")
 MAX_RETRY_AFTER = 120.0  # seconds; a longer Retry-After is treated as this long (then retry_after_max)
@@ -294,6 +295,8 @@ class OpenAIBackend:
 
     def _session(self) -> tuple[openai.AsyncOpenAI, asyncio.Semaphore]:
         """The client and the concurrency limit for the running event loop (made on first use in it)."""
+        import openai
+
         loop = asyncio.get_running_loop()
         if self._runtime is None or self._runtime[0] is not loop:
             client = openai.AsyncOpenAI(
@@ -456,6 +459,8 @@ class OpenAIBackend:
     async def _call(self, messages: list[dict] | str, completions: bool = False, **params: object) -> tuple:
         """One chat completion (or, with `completions`, a text completion of the prompt `messages`),
         retried on transient failures; raises _CallFailed."""
+        import openai
+
         client, limit = self._session()
         for attempt in range(self.max_retries + 1):
             began = time.monotonic()
