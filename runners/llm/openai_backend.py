@@ -12,14 +12,14 @@ Why it looks the way it does:
   never kept on this object: `repr()`, `stats()` and pickling never contain it. An endpoint may echo it
   (in a reply or an error): its value and anything shaped like a key (`runners.llm.secrets`) are
   scrubbed from both where they are received; a reply that had to be scrubbed is never cached.
-- The endpoint is not trusted: an attempt must end within `timeout` as a whole (the client's own
-  timeout is per read, which a body trickled a byte at a time never trips); a body is read up to
+- The endpoint is not trusted: an attempt must end within `timeout` as a whole (the client's own timeout is
+  per read, which a body trickled a byte at a time never trips); a body is read up to
   `runners.llm.capped_transport.MAX_BODY_BYTES`, uncompressed; one wait for a retry is at most
-  `retry_after_max` (default `backoff_max`), whatever Retry-After says; the time a run spends on
-  failed attempts and retry waits together is at most `max_retry_wait` (plus the attempts in flight,
-  each at most `timeout`), after which the run stops (BackendExhausted) and a rerun resumes it; replies longer than `max_reply_chars`
-  are cut (and flagged `truncated`); token counts that cannot be true (negative, absurdly large, not
-  integers) count as missing.
+  `retry_after_max` (default `backoff_max`), whatever Retry-After says; the time a run spends on failed
+  attempts and retry waits together is at most `max_retry_wait` (plus the attempts in flight, each at most
+  `timeout`), after which the run stops (BackendExhausted) and a rerun resumes it; replies longer than
+  `max_reply_chars` are cut (and flagged `truncated`); token counts that cannot be true (negative, absurdly
+  large, not integers) count as missing.
 - Token counts come from the endpoint's `usage`; when it reports none they are counted without a tokenizer
   (`runners.agent.prompt.count_tokens`: words, digits and symbols, plus 4 tokens per message; tiktoken is not
   used because it downloads its encodings at run time).
