@@ -37,6 +37,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from analysis.data.validate import unwritable
+from analysis.record import INT64_MAX
 from envs.base import Environment
 from runners.llm.backend import Backend
 from runners.registry import HARNESS_KEYS, import_target, require_class
@@ -53,7 +54,6 @@ _SECRET_VALUE = re.compile(
 )
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _DIR_NAME = re.compile(r"[A-Za-z0-9_.=+-]+")
-INT64_MAX = 2**63 - 1  # the largest seed episodes.parquet can store
 _PROJECT_PACKAGES = ("tepa.", "baselines.", "envs.", "runners.")
 PROTOCOLS: dict[str, type] = {"env": Environment, "memory": Memory, "llm": Backend}
 

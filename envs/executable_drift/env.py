@@ -15,9 +15,10 @@ artefacts removed, the command line goes through the gate of the `sandbox` modul
 every path confined), a persistent worker (shared by the environments open in one process, e.g. a run's
 seeds) runs the tool under a time limit (the `worker` module; a call whose worker died, e.g. killed
 from outside, is run once more from the swept sandbox, so a restart changes no outcome), and success is
-decided on disk: the expected artefact exists with the expected content and format. A stale invocation fails with the tool's real argparse
-error, or runs and leaves the wrong artefact, which the check reports. (Parsing touches nothing, so a call
-that argparse rejects gets that error from the environment itself, without a worker round trip.)
+decided on disk: the expected artefact exists with the expected content and format. A stale invocation
+fails with the tool's real argparse error, or runs and leaves the wrong artefact, which the check reports.
+(Parsing touches nothing, so a call that argparse rejects gets that error from the environment itself,
+without a worker round trip.)
 
 Before every call the job's inputs are restored and its artefact paths cleared (before the paths are
 checked, so a link planted where an input belongs is replaced rather than refused forever), so an
