@@ -32,8 +32,10 @@ import fcntl
 import hashlib
 import json
 import logging
+import math
 import operator
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -45,6 +47,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.data.integrity import ARCHIVE, EPISODES, META, file_record, move_aside, read_meta, verify
+from analysis.record import INT64_MAX, TYPES
 from tepa.archive import EVENT_LAYOUT
 
 log = logging.getLogger(__name__)
@@ -237,19 +240,27 @@ class StreamLog:
         return True
 
     def discard_partial(self) -> None:
-        (self.dir / PARTIAL_EPISODES).unlink(missing_ok=True)
+        path = self.dir / PARTIAL_EPISODES
+        try:
+            path.unlink(missing_ok=True)
+        except IsADirectoryError:  # nothing the harness wrote: kept aside, as any damaged log
+            self.set_aside_partial("damaged", "not a plain file")
 
     # ----- resume
     def replay(self, problem: Callable[[Mapping[str, Any]], str | None] = lambda _: None) -> list[dict]:
         """The records an interrupted run of this identity logged: the partial log's valid prefix.
 
         A torn last line (a writer killed mid-line) is dropped silently. Any other damage (a line that
-        is not JSON, longer than MAX_LINE_BYTES, or that `problem` rejects) ends the prefix: the log is
-        kept beside as `...damaged-<time>` and the episodes after the prefix are asked again. A log of
-        another identity, or whose first line is unreadable, is kept beside as well and nothing is
-        replayed. Each of these says so in one logged line."""
+        is not JSON or nested too deep to parse, longer than MAX_LINE_BYTES, holding a value no episode
+        can have (`record_problem`), or that `problem` rejects) ends the prefix: the log is kept beside
+        as `...damaged-<time>` and the episodes after the prefix are asked again. A log of another
+        identity, one whose first line is unreadable, and a path that is not a plain file are kept
+        beside as well and nothing is replayed. Each of these says so in one logged line."""
         path = self.dir / PARTIAL_EPISODES
         try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):  # a folder, a FIFO, a link: never opened
+                self.set_aside_partial("damaged", "not a plain file; starting afresh")
+                return []
             f = open(path, "rb")  # noqa: SIM115
         except FileNotFoundError:
             return []
@@ -271,7 +282,7 @@ class StreamLog:
                 rec = _parse(line) if len(line) <= MAX_LINE_BYTES else None
                 why = (
                     f"longer than {MAX_LINE_BYTES} bytes" if len(line) > MAX_LINE_BYTES
-                    else "not a JSON object" if rec is None else problem(rec)
+                    else "not a JSON object" if rec is None else record_problem(rec) or problem(rec)
                 )  # fmt: skip
                 if why is not None:
                     n = len(records)
@@ -356,6 +367,28 @@ def partial_summary(path: Path) -> tuple[dict[str, Any] | None, int]:
         return (head or {}).get("identity"), sum(1 for _ in f)
 
 
+def record_problem(rec: Mapping[str, Any]) -> str | None:
+    """Why a logged episode holds a value no episode can have, or None. Every column of the record
+    (`analysis.record.TYPES`, so a new column is checked too) must have its type, and every number is a
+    count, a step or a time: an int in [0, 2**63 - 1] (what parquet's int64 holds), a float finite and
+    >= 0. A missing column is left to the replay's own check (it rebuilds every column but the replies'
+    own)."""
+    for name, kind in TYPES.items():
+        value = rec.get(name)
+        if value is None:
+            continue
+        if kind is float:
+            if type(value) not in (int, float):
+                return f"field {name!r} is {type(value).__name__}, expected float"
+            if not 0 <= value < math.inf:
+                return f"field {name!r} is {value!r}, expected a finite number >= 0"
+        elif type(value) is not kind:
+            return f"field {name!r} is {type(value).__name__}, expected {kind.__name__}"
+        elif kind is int and not 0 <= value <= INT64_MAX:
+            return f"field {name!r} is {value}, expected an int in [0, 2**63 - 1]"
+    return None
+
+
 def _read_line(f: IO[bytes]) -> tuple[bytes | None, bool]:
     """The next line without its newline (None at the end) and whether it ended with one. A line
     longer than MAX_LINE_BYTES is returned cut just past the limit, never read whole."""
@@ -391,7 +424,7 @@ def _jsonable(obj: Any) -> Any:
 def _parse(line: bytes) -> dict[str, Any] | None:
     try:
         obj = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
         return None
     return obj if isinstance(obj, dict) else None
 
