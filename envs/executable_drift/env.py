@@ -53,7 +53,7 @@ from numbers import Real
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from envs.base import TRIAL_KINDS, EnvironmentBase, Outcome, Task
+from envs.base import MAX_KEYS, TRIAL_KINDS, EnvironmentBase, Outcome, Task
 from envs.executable_drift.sandbox import Layout, Refused, Sandbox, check_invocation, split_invocation
 from envs.executable_drift.tools import FLAVOURS, TOOLS, VERSIONS, Tool, subject_for
 from envs.executable_drift.worker import SharedToolWorker, ToolFn
@@ -103,7 +103,7 @@ class ExecutableDrift(EnvironmentBase):
         extra_tools: Mapping[str, ToolFn] | None = None,
         sandbox_dir: str | None = None,
     ) -> None:
-        self.n_keys = check_int("n_keys", n_keys, 2)
+        self.n_keys = check_int("n_keys", n_keys, 2, MAX_KEYS)
         self.n_actions = check_int("n_actions", n_actions, 2, len(FLAVOURS))
         self.phase_length = check_int("phase_length", phase_length, 1)
         self.partial_fraction = check_fraction("partial_fraction", partial_fraction)
