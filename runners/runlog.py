@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -41,16 +42,18 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from json.encoder import c_encode_basestring, c_make_encoder  # type: ignore[attr-defined]
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from hydra.errors import CompactHydraException
 
 from analysis.data.integrity import ARCHIVE, EPISODES, META, file_record, move_aside, read_meta, verify
 from analysis.record import INT64_MAX, TYPES
 from tepa.archive import EVENT_LAYOUT
 
 log = logging.getLogger(__name__)
+_R = TypeVar("_R")
 
 PARTIAL_EPISODES = "episodes.partial.jsonl"
 #: A partial-log line longer than this is damage, not an episode (a reply is a few kB at most).
@@ -149,6 +152,27 @@ def _line(row: Mapping[str, Any]) -> str:
     return _dumps(row) + "\n"
 
 
+class LogUnwritable(CompactHydraException):
+    """A stream's files cannot be written (a full disk, a read-only or missing folder): one line naming
+    the stream, instead of a traceback. Whatever was logged before stays, and a rerun resumes it."""
+
+
+def _one_line(method: Callable[..., _R]) -> Callable[..., _R]:
+    """A `StreamLog` method whose OSError becomes `LogUnwritable` naming the stream's folder."""
+
+    @functools.wraps(method)
+    def wrapper(self: StreamLog, *args: Any, **kwargs: Any) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as exc:
+            raise LogUnwritable(
+                f"{self.dir}: cannot write the stream's logs ({exc.strerror or exc}); what is logged is "
+                "kept: free space or make the folder writable, then rerun the same command to resume"
+            ) from None
+
+    return wrapper
+
+
 class StreamLog:
     """The files of one stream directory: its lock, completeness, the partial log, the final write.
 
@@ -171,6 +195,7 @@ class StreamLog:
         """`.seed=<n>.lock` beside the directory (not inside it: the directory may be moved aside)."""
         return self.dir.with_name(f".{self.dir.name}.lock")
 
+    @_one_line
     def try_acquire(self) -> int | None:
         """Take the stream's lock without waiting: None when taken, else the holder's pid (0: unknown).
 
@@ -207,6 +232,7 @@ class StreamLog:
         self._lock = None
 
     # ----- completeness
+    @_one_line
     def is_complete(self) -> bool:
         """True when meta.json marks this identity's stream complete and both files verify.
 
@@ -239,6 +265,7 @@ class StreamLog:
             return False
         return True
 
+    @_one_line
     def discard_partial(self) -> None:
         path = self.dir / PARTIAL_EPISODES
         try:
@@ -247,6 +274,7 @@ class StreamLog:
             self.set_aside_partial("damaged", "not a plain file")
 
     # ----- resume
+    @_one_line
     def replay(self, problem: Callable[[Mapping[str, Any]], str | None] = lambda _: None) -> list[dict]:
         """The records an interrupted run of this identity logged: the partial log's valid prefix.
 
@@ -291,12 +319,14 @@ class StreamLog:
                     return records
                 records.append(rec)
 
+    @_one_line
     def set_aside_partial(self, reason: str, what: str) -> None:
         """Move the partial log aside (kept, never deleted), saying `what` happened in one line."""
         path = self.dir / PARTIAL_EPISODES
         moved = move_aside(path, reason)
         log.warning("%s: %s (the log is kept as %s)", path, what, moved.name)
 
+    @_one_line
     def open(self, replay: Sequence[Mapping[str, Any]]) -> None:
         """Start appending: rewrite the partial log as its header plus `replay` (dropping a torn
         tail), then keep it open for `append`."""
@@ -314,22 +344,29 @@ class StreamLog:
         if len(self._pending) >= FLUSH_EVERY or time.monotonic() >= self._flush_at:
             self.flush()
 
+    @_one_line
     def flush(self) -> None:
         """Write the episodes appended so far (whole lines only) and hand them to the OS."""
-        if self._episodes is not None and self._pending:
-            self._pending.append("")
-            self._episodes.write("\n".join(self._pending))
-            self._episodes.flush()
-        self._pending = []
+        pending, self._pending = self._pending, []  # written or lost, never written twice
         self._flush_at = time.monotonic() + FLUSH_EVERY_S
+        if self._episodes is not None and pending:
+            pending.append("")
+            self._episodes.write("\n".join(pending))
+            self._episodes.flush()
 
+    @_one_line
     def close(self) -> None:
         """Write what is pending and close the partial log (the run calls it however the stream ends)."""
-        if self._episodes is not None:
+        episodes = self._episodes
+        if episodes is None:
+            return
+        try:
             self.flush()
-            self._episodes.close()
-        self._episodes = None
+        finally:
+            self._episodes = None  # closed once, even when the disk is full
+            episodes.close()
 
+    @_one_line
     def finish(
         self,
         records: Sequence[Mapping[str, Any]],
