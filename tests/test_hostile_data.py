@@ -59,7 +59,10 @@ def test_a_blank_gold_answer_stops_the_run_with_one_line(tmp_path):
 
 
 def _record(last_serial: int, questions: int) -> FactConsolidationRecord:
-    context = f"Here is a list of facts:\n0. Roy Rogers is married to Dale Evans.\n{last_serial}. X is married to Y."
+    context = (
+        "Here is a list of facts:\n0. Roy Rogers is married to Dale Evans.\n"
+        f"{last_serial}. X is married to Y."
+    )
     return FactConsolidationRecord(
         SH, context, ("Who is X married to?",) * questions, (("Y",),) * questions, ()
     )
