@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import pyarrow.parquet as pq
 from omegaconf import OmegaConf
 
+from analysis.data.integrity import read_meta, verify
 from runners.agent.loop import _logged_replies, run_stream
 from runners.config import validate
 from runners.llm.backend import Reply, Request
@@ -84,12 +84,18 @@ def replay_decision(run_dir: str | Path, t: int, key: str | None = None) -> Deci
     """Replay the stream logged in `run_dir` up to its episode at step `t` (see the module docstring).
 
     `key` picks whose precedents are reported (default: the key of episode t). Raises ValueError with
-    one line when the directory is not a complete stream or has no episode at `t`.
+    one line when the directory is not a complete stream, its files fail their checksums, or it has no
+    episode at `t`.
     """
     run_dir = Path(run_dir)
     if not (run_dir / META).is_file() or not (run_dir / EPISODES).is_file():
         raise ValueError(f"{run_dir}: not a complete stream (needs {EPISODES} and {META})")
-    meta = json.loads((run_dir / META).read_text(encoding="utf-8"))
+    meta = read_meta(run_dir)
+    if meta is None or not isinstance(meta.get("config"), dict) or meta.get("complete") is not True:
+        raise ValueError(f"{run_dir / META}: not the meta.json of a complete stream")
+    problem = verify(run_dir, meta)  # the logs as the run wrote them, or no replay
+    if problem is not None:
+        raise ValueError(problem)
     records = read_records(run_dir)
     index = next((i for i, r in enumerate(records) if r["t"] == t), None)
     if index is None:
