@@ -34,6 +34,7 @@ _HEADER = 4
 _CHUNK = 2**16  # bytes asked of the first read of a message (a pipe's default capacity)
 _MAX_FILE_BYTES = 16 * 2**20  # RLIMIT_FSIZE in the child: no tool call can fill the disk
 _STARTUP_SECONDS = 60.0
+_START_ATTEMPTS = 3
 
 
 class ToolWorker:
@@ -89,11 +90,15 @@ class ToolWorker:
         self.close()
 
     def _start(self) -> None:
-        """Start a child; one killed while it starts (a kill meant for its predecessor) is started again."""
-        try:
-            self._start_once()
-        except RuntimeError:
-            self._start_once()
+        """Start a child; one that dies while it starts (killed, e.g. by a kill meant for its
+        predecessor) is started again, up to _START_ATTEMPTS times in all."""
+        for attempt in range(1, _START_ATTEMPTS + 1):
+            try:
+                self._start_once()
+                return
+            except RuntimeError:
+                if attempt == _START_ATTEMPTS:
+                    raise
 
     def _start_once(self) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
