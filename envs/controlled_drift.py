@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from envs.base import TRIAL_KINDS, EnvironmentBase, Outcome, Task
+from envs.base import MAX_KEYS, TRIAL_KINDS, EnvironmentBase, Outcome, Task
 from tepa.evidence import Observation
 from tepa.validation import check_fraction, check_int
 
@@ -83,7 +83,7 @@ class ControlledDrift(EnvironmentBase):
         actions: Sequence[str] | None = None,
     ) -> None:
         vocabulary = ACTION_NAMES if actions is None else _action_names(actions)
-        self.n_keys = check_int("n_keys", n_keys, 1)
+        self.n_keys = check_int("n_keys", n_keys, 1, MAX_KEYS)
         self.n_actions = check_int("n_actions", n_actions, 2)
         if self.n_actions > len(vocabulary):
             raise ValueError(f"n_actions must be at most the {len(vocabulary)} action names, got {n_actions}")

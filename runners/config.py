@@ -37,6 +37,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from analysis.data.validate import unwritable
+from analysis.record import INT64_MAX
 from envs.base import Environment
 from runners.llm.backend import Backend
 from runners.llm.secrets import KEY_SHAPED
@@ -55,7 +56,7 @@ _SECRET_VALUE = re.compile(
 )
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _DIR_NAME = re.compile(r"[A-Za-z0-9_.=+-]+")
-INT64_MAX = 2**63 - 1  # the largest seed episodes.parquet can store
+MAX_DIR_NAME = 128  # characters of `name` or a label
 _PROJECT_PACKAGES = ("tepa.", "baselines.", "envs.", "runners.")
 PROTOCOLS: dict[str, type] = {"env": Environment, "memory": Memory, "llm": Backend}
 
@@ -271,10 +272,16 @@ def _number_problem(value: Any) -> str | None:
 
 
 def check_dir_name(key: str, value: Any) -> None:
-    """A results directory name (`name`, a label): one plain path component, never `.` or `..`."""
+    """A results directory name (`name`, a label): one plain path component, never `.` or `..`, short
+    enough for any file system (a name is one component of 255 bytes at most, and the harness adds
+    suffixes to some)."""
     if not isinstance(value, str) or not _DIR_NAME.fullmatch(value) or not value.strip("."):
         raise ConfigError(
             f"{key}={value!r}: must be a plain directory name (letters, digits, _ . = + -; not . or ..)"
+        )
+    if len(value) > MAX_DIR_NAME:
+        raise ConfigError(
+            f"{key}={value[:40]}...: must be at most {MAX_DIR_NAME} characters, got {len(value)}"
         )
 
 

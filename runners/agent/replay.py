@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow.parquet as pq
 from omegaconf import OmegaConf
 
+from analysis.data.integrity import read_meta, verify
 from runners.agent.loop import _logged_replies, run_stream
 from runners.config import ConfigError, validate
 from runners.llm.backend import Reply, Request
@@ -74,15 +75,20 @@ def read_records(run_dir: Path) -> list[dict[str, Any]]:
 def replay_decision(run_dir: str | Path, t: int) -> Decision:
     """Replay the stream logged in `run_dir` up to its episode at step `t` (see the module docstring).
 
-    Raises ValueError with one line when the directory is not a complete stream or has no episode at
-    `t`, and ReplayRefused when the config does not build here (a class not importable, refused) or
-    the data files' fingerprint differs from the one meta.json records: a rebuilt prompt would then
-    show what the model never saw.
+    Raises ValueError with one line when the directory is not a complete stream, its files fail their
+    checksums, or it has no episode at `t`, and ReplayRefused when the config does not build here (a
+    class not importable, refused) or the data files' fingerprint differs from the one meta.json
+    records: a rebuilt prompt would then show what the model never saw.
     """
     run_dir = Path(run_dir)
     if not (run_dir / META).is_file() or not (run_dir / EPISODES).is_file():
         raise ValueError(f"{run_dir}: not a complete stream (needs {EPISODES} and {META})")
-    meta = json.loads((run_dir / META).read_text(encoding="utf-8"))
+    meta = read_meta(run_dir)
+    if meta is None or not isinstance(meta.get("config"), dict) or meta.get("complete") is not True:
+        raise ValueError(f"{run_dir / META}: not the meta.json of a complete stream")
+    problem = verify(run_dir, meta)  # the logs as the run wrote them, or no replay
+    if problem is not None:
+        raise ValueError(problem)
     records = read_records(run_dir)
     index = next((i for i, r in enumerate(records) if r["t"] == t), None)
     if index is None:
