@@ -16,6 +16,7 @@ from analysis.report.tables import Table, interval, latex_escape, number, pvalue
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = (("stable", 30), ("full_reversal", 30), ("partial_reversal", 30), ("return", 30))
 LEVEL = {"no_memory": 0.3, "append_only": 0.2, "oracle_reset": 0.85, "tepa_rev": 0.8}
+SEEDS = 8  # enough for every interval and test (analysis.stats.MIN_BOOTSTRAP_SEEDS)
 
 
 def write_run(
@@ -59,7 +60,7 @@ def write_run(
 def runs_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("runs")
     for memory in LEVEL:
-        for seed in range(3):
+        for seed in range(SEEDS):
             write_run(root, "paper_controlled", "controlled_drift", memory, seed)
     write_run(root, "paper_controlled", "controlled_drift", "lww", 0, complete=False)
     for theta_rev in (0.3, 0.5):
@@ -83,7 +84,7 @@ def runs_root(tmp_path_factory) -> Path:
 
 def test_load_skips_incomplete_runs_and_fills_counters(runs_root):
     logs = load_runs(runs_root)
-    assert len(logs.runs) == 4 * 3 + 4 * 2  # the incomplete LWW run is not read
+    assert len(logs.runs) == 4 * SEEDS + 4 * 2  # the incomplete LWW run is not read
     assert "lww" not in set(logs.episodes["memory"])
     assert "reply" not in logs.episodes
     no_memory = logs.episodes[logs.episodes["memory"] == "no_memory"]
@@ -123,15 +124,14 @@ def test_cli_writes_deterministic_tables_figures_and_readme(runs_root, tmp_path)
     ):
         for suffix in (".md", ".csv", ".tex"):
             assert f"{name}{suffix}" in tables
-    assert {"adaptation_paper_controlled.csv", "cost_paper_controlled.csv", "sweep_thresholds.csv"} <= set(
-        tables
-    )
+    assert {"adaptation_paper_controlled.csv", "cost_paper_controlled.csv"} <= set(tables)
+    assert "sweep_sweep_thresholds.csv" in tables
     # Settings without runs are skipped, not rendered empty.
     assert not any(name.startswith(("paper_preference", "paper_memoryagentbench")) for name in tables)
     assert set(figures) == {
         "success_over_time_paper_controlled_controlled_drift.png",
         "mpi_paper_controlled.png",
-        "sweep_controlled_drift_tepa_rev.png",
+        "sweep_sweep_thresholds_controlled_drift_tepa_rev.png",
     }
     assert all(data.startswith(b"\x89PNG") for data in figures.values())
     assert "simulated" in readme and "not a real LLM" in readme
@@ -141,8 +141,10 @@ def test_cli_writes_deterministic_tables_figures_and_readme(runs_root, tmp_path)
     drift = pd.read_csv(out / "tables" / "paper_drift.csv").set_index("memory")
     assert drift.loc["no_memory", "paper"] == 0.309 and bool(drift.loc["append_only", "paper_approximate"])
     assert drift.loc["tepa_rev", "diff"] == pytest.approx(drift.loc["tepa_rev", "mean"] - 0.95, abs=1e-6)
-    sweep = pd.read_csv(out / "tables" / "sweep_thresholds.csv")
+    sweep = pd.read_csv(out / "tables" / "sweep_sweep_thresholds.csv")
     assert set(sweep["memory"]) == {"tepa_rev"} and set(sweep["n"]) == {2}
+    assert set(sweep["phase"]) == {"stable", "full_reversal", "overall"}  # per phase, not only overall
+    sweep = sweep[sweep["phase"] == "overall"]
     assert sorted(zip(sweep["theta_rec"], sweep["theta_rev"], strict=True)) == [
         (0.4, 0.3),
         (0.4, 0.5),

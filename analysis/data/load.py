@@ -165,7 +165,8 @@ def in_sweep(runs: pd.DataFrame) -> pd.Series:
 def _check_unique(runs: pd.DataFrame) -> None:
     """Two runs with the same labels and configuration would be averaged as if they were two seeds:
     refuse."""
-    regular = runs[runs["experiment"] != SWEEP_EXPERIMENT].assign(variant=variants(runs))
+    labelled = runs.assign(variant=variants(runs))  # before filtering: a Series assigned to an empty
+    regular = labelled[labelled["experiment"] != SWEEP_EXPERIMENT]  # frame would add NaN rows
     dup = regular[regular.duplicated([*LABELS, "variant"], keep=False)]
     if not dup.empty:
         raise ValueError(

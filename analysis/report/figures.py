@@ -215,10 +215,11 @@ def mpi_bars(mpi: pd.DataFrame, phases: dict[tuple[str, str], list[str]], experi
     return Drawing(f"mpi_{experiment}.png", title, render(figure))
 
 
-def sweep_heatmap(points: pd.DataFrame, names: list[str], env: str, method: str) -> Drawing:
-    """Overall success of one swept (env, method) over the first two swept parameters (one row when a
-    single key was swept); `points`: its rows of the Analysis' sweep frame, `names`: the swept
-    parameters' short names. Further swept parameters, if any, are averaged over (the title says so).
+def sweep_heatmap(points: pd.DataFrame, names: list[str], experiment: str, env: str, method: str) -> Drawing:
+    """Overall success of one swept (experiment, env, method) over the first two swept parameters (one
+    row when a single key was swept); `points`: its overall rows of the Analysis' sweep frame, `names`:
+    the swept parameters' short names. Further swept parameters, if any, are averaged over (the title
+    says so).
     """
     x_name, y_name = names[0], names[1] if len(names) > 1 else None
     grid = points.assign(_one_row=0).pivot_table(
@@ -244,9 +245,9 @@ def sweep_heatmap(points: pd.DataFrame, names: list[str], env: str, method: str)
     ax.set_ylabel(y_name or "")
     figure.colorbar(image, ax=ax, label="overall success (mean over seeds)")
     rest = f", averaged over {', '.join(names[2:])}" if len(names) > 2 else ""
-    title = f"Sweep of {', '.join(names[:2])}: {method_label(method)} on {env_label(env)}{rest}"
+    title = f"{experiment}: sweep of {', '.join(names[:2])}, {method_label(method)} on {env_label(env)}{rest}"
     ax.set_title(title)
-    return Drawing(f"sweep_{env}_{method}.png", title, render(figure))
+    return Drawing(f"sweep_{experiment}_{env}_{method}.png", title, render(figure))
 
 
 def lifecycle_timeline(run_dirs: dict[str, Path], experiment: str, env: str) -> Drawing | None:
@@ -317,13 +318,16 @@ def metric_jobs(analysis: Analysis) -> list[Job]:
         partial(mpi_bars, mpi[mpi["experiment"] == experiment], analysis.phases, experiment)
         for experiment in experiments
     ]
-    if analysis.sweep.empty or not analysis.sweep_params:
-        return jobs
-    names = [p.rsplit(".", 1)[-1] for p in analysis.sweep_params]
-    for env in dict.fromkeys(analysis.sweep["env"]):
-        of_env = analysis.sweep[analysis.sweep["env"] == env]
+    overall = analysis.sweep[analysis.sweep["phase"] == OVERALL] if len(analysis.sweep) else analysis.sweep
+    for experiment, env in settings(overall):
+        params = analysis.sweep_params.get(experiment)
+        if not params:
+            continue
+        names = [p.rsplit(".", 1)[-1] for p in params]
+        of_env = overall[(overall["experiment"] == experiment) & (overall["env"] == env)]
         for method in dict.fromkeys(of_env["memory"]):
-            jobs.append(partial(sweep_heatmap, of_env[of_env["memory"] == method], names, env, method))
+            points = of_env[of_env["memory"] == method]
+            jobs.append(partial(sweep_heatmap, points, names, experiment, env, method))
     return jobs
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.data.load import SWEEP_EXPERIMENT
 from analysis.metrics import (
     NO_MEMORY,
     ORACLE_RESET,
@@ -27,7 +26,7 @@ from analysis.metrics import (
     sorted_experiments,
 )
 from analysis.reference import paper, scorecard
-from analysis.stats import EXACT_MAX_PAIRS, N_RESAMPLES
+from analysis.stats import EXACT_MAX_PAIRS, MIN_BOOTSTRAP_SEEDS, MIN_SIGN_FLIP_SEEDS, N_RESAMPLES
 
 SUFFIXES = (".md", ".csv", ".tex")
 SCORECARD = "scorecard"
@@ -61,13 +60,23 @@ def number(x: float, digits: int = 3, *, signed: bool = False) -> str:
     return f"{value:+.{digits}f}" if signed and value != 0 else f"{value:.{digits}f}"
 
 
-def interval(mean: float, low: float, high: float, digits: int = 3, *, signed: bool = False) -> str:
+def interval(
+    mean: float, low: float, high: float, digits: int = 3, *, signed: bool = False, n: int | None = None
+) -> str:
     """Text "mean [low, high]"; just the mean when the interval is undefined (one seed) or a point
-    (all seeds agree), where brackets would only repeat it."""
+    (all seeds agree), where brackets would only repeat it. Given the number of seeds `n`, a mean over
+    fewer than MIN_BOOTSTRAP_SEEDS says so in the cell: its interval is withheld."""
     text = number(mean, digits, signed=signed)
+    if text != MISSING and n is not None and not _missing(n) and int(n) < MIN_BOOTSTRAP_SEEDS:
+        return f"{text} {few_seeds(int(n))}"
     if text == MISSING or math.isnan(low) or math.isnan(high) or low == high:
         return text
     return f"{text} [{number(low, digits)}, {number(high, digits)}]"
+
+
+def few_seeds(n: int) -> str:
+    """The flag of a statistic withheld for its sample size (`analysis.stats.MIN_BOOTSTRAP_SEEDS`)."""
+    return f"(n={n}, no CI)"
 
 
 def pvalue(p: float) -> str:
@@ -206,7 +215,9 @@ def _wide(
             cells = []
             for phase in phases:
                 row = keyed.get((*setting, method, phase))
-                cells.append(MISSING if row is None else interval(row["mean"], row["low"], row["high"]))
+                cells.append(
+                    MISSING if row is None else interval(row["mean"], row["low"], row["high"], n=row["n"])
+                )
             rows.append([env_label(setting[1]), method_label(method), *cells])
     return ["Setting", "Method", *phases], rows
 
@@ -219,7 +230,12 @@ def _seeds_note(frame: pd.DataFrame, intervals: str = "seeds") -> str:
         if intervals == "seeds+episodes"
         else "95% bootstrap CI over seeds"
     )
-    return f"Mean over seeds ({seeds} seeds per cell) [{over}; omitted when all seeds agree]."
+    few = (
+        f" (n=k, no CI): fewer than {MIN_BOOTSTRAP_SEEDS} seeds, too few for a bootstrap interval."
+        if counts and counts[0] < MIN_BOOTSTRAP_SEEDS
+        else ""
+    )
+    return f"Mean over seeds ({seeds} seeds per cell) [{over}; omitted when all seeds agree].{few}"
 
 
 # --------------------------------------------------------------------------------------- paper tables
@@ -238,7 +254,7 @@ def _paper_rows(
         cells = [
             env_label(env),
             method_label(method),
-            interval(row["mean"], row["low"], row["high"]),
+            interval(row["mean"], row["low"], row["high"], n=row["n"]),
             reference(ref),
             number(diff, signed=True) if ref else "",
         ]
@@ -252,7 +268,7 @@ def _paper_rows(
         if with_mpi:
             mpi = mpis.get((method,))
             mpi_ref = paper.lookup(experiment, env, phase, method, "mpi")
-            cells.append("" if mpi is None else interval(mpi["mean"], mpi["low"], mpi["high"]))
+            cells.append("" if mpi is None else interval(mpi["mean"], mpi["low"], mpi["high"], n=mpi["n"]))
             cells.append(reference(mpi_ref, 2))
             nan = float("nan")
             record |= {
@@ -297,7 +313,7 @@ def _gain_note(analysis: Analysis, experiment: str, env: str) -> str:
     ours = matches.iloc[0]
     return (
         f"{env_label(env)}: TEPA-Rev - Append-Only = "
-        f"{interval(ours['diff'], ours['diff_low'], ours['diff_high'], signed=True)}, "
+        f"{interval(ours['diff'], ours['diff_low'], ours['diff_high'], signed=True, n=ours['n'])}, "
         f"exact sign-flip {_p_is(ours['p'])} (Holm {pvalue(ours['p_holm'])}), "
         f"paired bootstrap {_p_is(ours['p_boot'])} (Holm {pvalue(ours['p_boot_holm'])}), "
         f"n = {int(ours['n'])} seeds; paper {reference(ref, 2)}, {ref.note}."
@@ -399,7 +415,7 @@ def scorecard_table(analysis: Analysis) -> Table:
             ours = (
                 MISSING
                 if _missing(r.get("ours"))
-                else interval(r["ours"], r["low"], r["high"], signed=signed)
+                else interval(r["ours"], r["low"], r["high"], signed=signed, n=r.get("n"))
             )
             theirs = ("~" if r["paper_approximate"] else "") + number(r["paper"], digits, signed=signed)
         why = r["reason"] + (f" ([evidence]({r['evidence']}))" if r["evidence"] else "")
@@ -419,6 +435,11 @@ def scorecard_table(analysis: Analysis) -> Table:
 
 def _missing(x: object) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def _supported(n: int, text: str) -> str:
+    """`text`, or the reason it is withheld: a bootstrap p or d_z over fewer than MIN_BOOTSTRAP_SEEDS."""
+    return text if int(n) >= MIN_BOOTSTRAP_SEEDS else f"{MISSING} (n={int(n)} < {MIN_BOOTSTRAP_SEEDS})"
 
 
 # ---------------------------------------------------------------------------------- per experiment
@@ -474,12 +495,11 @@ def paired_table(analysis: Analysis, experiment: str) -> Table | None:
                 r["phase"],
                 f"{method_label(r['memory'])} - {method_label(r['other'])}",
                 str(int(r["n"])),
-                interval(r["diff"], r["diff_low"], r["diff_high"], signed=True),
+                interval(r["diff"], r["diff_low"], r["diff_high"], signed=True, n=r["n"]),
                 pvalue(r["p"]),
                 pvalue(r["p_holm"]),
-                pvalue(r["p_boot"]),
-                pvalue(r["p_boot_holm"]),
-                number(r["d_z"], 2),
+                *(_supported(r["n"], text) for text in (pvalue(r["p_boot"]), pvalue(r["p_boot_holm"]))),
+                _supported(r["n"], number(r["d_z"], 2)),
                 f"{reference(ref, 2)}, {ref.note}" if ref else "",
             ]
         )
@@ -499,10 +519,13 @@ def paired_table(analysis: Analysis, experiment: str) -> Table | None:
     note = (
         "Paired on matched seeds: mean success difference with paired bootstrap CI; two two-sided tests "
         f"of a zero mean difference: the sign-flip permutation p (exact up to {EXACT_MAX_PAIRS} seeds, "
-        "smallest p 2 / 2^n: with fewer than 6 seeds p < 0.05 is impossible) and the paired bootstrap p "
-        f"(the seeds' differences centred on 0 to impose the null, {N_RESAMPLES} resamples, p = (1 + hits) "
-        f"/ ({N_RESAMPLES} + 1), smallest {pvalue(1 / (N_RESAMPLES + 1))}); Holm correction of each "
-        "across the comparisons of a setting and phase; Cohen's d_z."
+        f"smallest p 2 / 2^n: with fewer than {MIN_SIGN_FLIP_SEEDS} seeds p < 0.05 is impossible) and the "
+        f"paired bootstrap p (the seeds' differences centred on 0 to impose the null, {N_RESAMPLES} "
+        f"resamples, p = (1 + hits) / ({N_RESAMPLES} + 1), smallest {pvalue(1 / (N_RESAMPLES + 1))}); Holm "
+        "correction of each across the comparisons of a setting and phase; Cohen's d_z. With fewer than "
+        f"{MIN_BOOTSTRAP_SEEDS} seeds the bootstrap interval and p and d_z are withheld (n/a): n seeds give "
+        "only C(2n-1, n) distinct resamples, and the bootstrap p would fall below what an exact test on n "
+        "seeds can reach."
     )
     return Table(
         f"paired_{experiment}",
@@ -525,11 +548,11 @@ def adaptation_table(analysis: Analysis, experiment: str) -> Table | None:
             env_label(r["env"]),
             r["phase"],
             method_label(r["memory"]),
-            interval(r["mean"], r["low"], r["high"], 1),
+            interval(r["mean"], r["low"], r["high"], 1, n=r["n"]),
             f"{int(r['n_recovered'])}/{int(r['n_runs'])}",
             ""
             if r["memory"] == ORACLE_RESET
-            else interval(r["diff_mean"], r["diff_low"], r["diff_high"], 1, signed=True),
+            else interval(r["diff_mean"], r["diff_low"], r["diff_high"], 1, signed=True, n=r["diff_n"]),
         ]
         for _, r in data.iterrows()
     ]
@@ -576,7 +599,9 @@ def cost_table(analysis: Analysis, experiment: str) -> Table | None:
             cells = []
             for metric, _, digits in _COSTS:
                 r = keyed.get((setting[1], method, metric))
-                cells.append(MISSING if r is None else interval(r["mean"], r["low"], r["high"], digits))
+                cells.append(
+                    MISSING if r is None else interval(r["mean"], r["low"], r["high"], digits, n=r["n"])
+                )
             rows.append([env_label(setting[1]), method_label(method), *cells])
     columns = ["Setting", "Method", *(label for _, label, _ in _COSTS)]
     note = (
@@ -594,30 +619,36 @@ def cost_table(analysis: Analysis, experiment: str) -> Table | None:
     )
 
 
-def sweep_table(analysis: Analysis) -> Table | None:
-    """Overall success of every configuration of the sweeps (one column per swept key)."""
-    if analysis.sweep.empty:
+def sweep_table(analysis: Analysis, experiment: str) -> Table | None:
+    """Success per phase (and overall) of every swept configuration of one experiment (a column per
+    swept key)."""
+    data = _of(analysis.sweep, experiment=experiment)
+    if data.empty:
         return None
-    names = [p.rsplit(".", 1)[-1] for p in analysis.sweep_params]
-    rows = [
-        [
-            env_label(r["env"]),
-            method_label(r["memory"]),
-            *(f"{r[n]:g}" for n in names),
-            interval(r["mean"], r["low"], r["high"]),
-            str(int(r["n"])),
-        ]
-        for _, r in analysis.sweep.iterrows()
-    ]
-    columns = ["Setting", "Method", *names, "Success (overall)", "n"]
+    names = [p.rsplit(".", 1)[-1] for p in analysis.sweep_params.get(experiment, [])]
+    pairs = [s for s in settings(data) if s[0] == experiment]
+    phases = _phase_columns(analysis, experiment, pairs)
+    keyed = _keyed(data, "env", "memory", *names, "phase")
+    rows = []
+    points = data.drop_duplicates(["env", "memory", *names])
+    for r in points.to_dict("records"):
+        cells, counts = [], set()
+        for phase in phases:
+            cell = keyed.get((r["env"], r["memory"], *(r[n] for n in names), phase))
+            cells.append(MISSING if cell is None else interval(cell["mean"], cell["low"], cell["high"], n=cell["n"]))
+            counts |= {int(cell["n"])} if cell is not None else set()
+        point = [f"{r[n]:g}" for n in names]
+        seeds = "/".join(str(c) for c in sorted(counts))
+        rows.append([env_label(r["env"]), method_label(r["memory"]), *point, *cells, seeds])
+    columns = ["Setting", "Method", *names, *phases, "n"]
     return Table(
-        SWEEP_EXPERIMENT,
-        "Sweeps: overall success per configuration",
+        f"sweep_{experiment}",
+        f"{experiment}: success per phase of every swept configuration",
         columns,
         rows,
-        analysis.sweep,
+        data.reset_index(drop=True),
         labels=2 + len(names),
-        note=_seeds_note(analysis.sweep),
+        note=_seeds_note(data, analysis.intervals),
     )
 
 
@@ -631,8 +662,7 @@ def build_tables(analysis: Analysis) -> list[Table]:
             table = make(analysis, experiment)
             if table is not None:
                 tables.append(table)
-    sweep = sweep_table(analysis)
-    if sweep is not None:
-        tables.append(sweep)
+    swept = sorted_experiments(analysis.sweep["experiment"]) if len(analysis.sweep) else []
+    tables += [t for t in (sweep_table(analysis, e) for e in swept) if t is not None]
     tables.append(reference_table())
     return tables
