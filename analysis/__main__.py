@@ -126,7 +126,7 @@ def report(args: argparse.Namespace, drawing: Executor) -> int:
     events = logs.events["count"].sum()
     log.info("loaded %d runs, %d episodes, %d archive events", len(logs.runs), len(logs.episodes), events)
     from_logs = submit(drawing, success_jobs(logs.episodes, logs.runs, args.window))
-    timelines = submit(drawing, timeline_jobs(logs.runs, args.runs))
+    timelines = submit(drawing, timeline_jobs(logs.runs, logs.events, args.runs))
     analysis = analyse(
         logs,
         window=args.window,

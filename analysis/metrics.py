@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import yaml
 
-from analysis.data.load import LABELS, RunLogs, in_sweep
+from analysis.data.load import LABELS, RunLogs, experiment_variants, in_sweep
+from analysis.reference.configuration import paper_departures
 from analysis.stats import (
     MIN_BOOTSTRAP_SEEDS,
     Estimate,
@@ -71,6 +72,13 @@ _EPS = 1e-9
 def method_label(method: str) -> str:
     """Display name of a method (its config name when it is not a built-in one)."""
     return METHOD_LABELS.get(method, method)
+
+
+def experiment_title(experiment: str, variants: dict[str, list[str]]) -> str:
+    """An experiment's name in titles, with the configuration variants of its runs when it has any:
+    "paper_controlled (env.phase_length=100)"."""
+    named = variants.get(experiment)
+    return f"{experiment} ({'; '.join(named)})" if named else experiment
 
 
 def env_label(env: str) -> str:
@@ -550,7 +558,9 @@ def sweep_success(
     """
     configs = runs.set_index("run")["config"]
     frame = per_seed.copy()
-    frame["memory"] = [sweep_method(configs[r], m) for r, m in zip(frame["run"], frame["memory"], strict=True)]
+    frame["memory"] = [
+        sweep_method(configs[r], m) for r, m in zip(frame["run"], frame["memory"], strict=True)
+    ]
     params = {
         experiment: swept_parameters(runs[runs["experiment"] == experiment])
         for experiment in sorted_experiments(runs["experiment"])
@@ -603,6 +613,11 @@ class Analysis:
     tolerance: float
     reference: str | None
     intervals: str = "seeds"
+    #: The runs of paper experiments and how each departs from the experiment's configuration
+    #: (`analysis.reference.configuration.paper_departures`): only matching runs are graded.
+    departures: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: Experiment -> its runs' configuration variants, named in titles (`experiment_title`).
+    variants: dict[str, list[str]] = field(default_factory=dict)
 
 
 def analyse(
@@ -614,7 +629,8 @@ def analyse(
     intervals: str = "seeds",
 ) -> Analysis:
     """Compute every metric of the analysis from loaded run logs (see the functions above)."""
-    sweep_runs = logs.runs[in_sweep(logs.runs)]
+    swept = in_sweep(logs.runs)
+    sweep_runs, regular_runs = logs.runs[swept], logs.runs[~swept]
     episodes, sweep_episodes, events = logs.episodes, logs.episodes.iloc[:0], logs.events
     if len(sweep_runs):  # a boolean filter copies every column: skip it when there is nothing to drop
         is_sweep = logs.episodes["run"].isin(set(sweep_runs["run"]))
@@ -625,7 +641,9 @@ def analyse(
     lags = adaptation(episodes, phases, window=window, tolerance=tolerance, reference=reference)
     costs = run_costs(episodes, events) if len(episodes) else pd.DataFrame(columns=["run", *LABELS])
     sweep, params = (
-        sweep_success(success_per_seed(sweep_episodes), sweep_runs, phases) if len(sweep_runs) else (pd.DataFrame(), {})
+        sweep_success(success_per_seed(sweep_episodes), sweep_runs, phases)
+        if len(sweep_runs)
+        else (pd.DataFrame(), {})
     )
     return Analysis(
         phases=phases,
@@ -643,4 +661,6 @@ def analyse(
         tolerance=tolerance,
         reference=reference,
         intervals=intervals,
+        departures=paper_departures(regular_runs),
+        variants=experiment_variants(regular_runs),
     )

@@ -18,8 +18,8 @@ from analysis.metrics import (
     run_costs,
     sorted_methods,
     success_per_seed,
-    summarize_success,
     summarize_adaptation,
+    summarize_success,
     sweep_method,
     swept_parameters,
 )

@@ -52,6 +52,9 @@ def write_run(
     if memory == "tepa_rev":
         (run / "archive.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     meta = {"config": config or {"memory": {"name": memory}}, "complete": complete}
+    # As the runner records them: the options the stream was built from, and no override of them.
+    options = {"env": {"option": env}, "memory": {"option": memory}, "llm": {"option": "simulated"}}
+    meta |= {"identity": options | {"seed": seed}, "variant": "", "overrides": {}}
     (run / "meta.json").write_text(json.dumps(meta))
     return run
 

@@ -26,5 +26,48 @@ def test_a_folder_holding_only_a_sweep_is_analysed_with_its_success_per_phase(tm
     sweep = pd.read_csv(out / "tables" / "sweep_sweep_thresholds.csv")
     assert list(dict.fromkeys(sweep["phase"])) == [*(p for p, _ in PHASES), "overall"]
     table = (out / "tables" / "sweep_sweep_thresholds.md").read_text()
-    assert "| Setting | Method | theta_rev | stable | full_reversal | partial_reversal | return | overall |" in table
+    assert (
+        "| Setting | Method | theta_rev | stable | full_reversal | partial_reversal | return | overall |"
+        in table
+    )
     assert "(n=2, no CI)" in table
+
+
+def test_a_paper_experiment_run_with_other_settings_is_a_variant_named_in_the_scorecard_and_titles(tmp_path):
+    from tests.helpers.runner import run_overrides
+
+    for memory in ("no_memory", "append_only", "lww", "tepa_rev"):
+        run_overrides(
+            "experiment=paper_controlled", f"memory={memory}", "env.phase_length=20", "seeds=[0,1]",
+            f"results_dir={tmp_path}", "progress=false",
+        )  # fmt: skip
+    out = tmp_path / "out"
+    assert main(["--runs", str(tmp_path / "runs"), "--out", str(out), "--quiet"]) == 0
+    card = pd.read_csv(out / "tables" / "scorecard.csv", keep_default_na=False)
+    controlled = card[card["experiment"] == "paper_controlled"]
+    assert set(controlled["verdict"]) == {"variant"}
+    assert set(controlled["reason"]) == {"not the paper's configuration: env.phase_length=20"}
+    readme = (out / "README.md").read_text()
+    assert "### paper_controlled (env.phase_length=20): success per phase" in readme
+    assert (
+        "### Drift settings, full reversal: success and MPI, ours vs the paper: "
+        "paper_controlled (env.phase_length=20)" in readme
+    )
+    assert "![paper_controlled (env.phase_length=20) / controlled_drift: success over time" in readme
+    assert "![paper_controlled (env.phase_length=20): memory pollution index" in readme
+
+
+def test_a_run_of_the_paper_configuration_departs_in_nothing(tmp_path):
+    from analysis.data.load import load_runs
+    from analysis.reference.configuration import paper_departures
+    from tests.helpers.runner import run_overrides
+
+    run_overrides(
+        "experiment=paper_controlled", "memory=lww", "seeds=[0]", f"results_dir={tmp_path}", "progress=false"
+    )
+    run_overrides(
+        "experiment=paper_controlled", "memory=lww", "llm.lapse=0.1", "max_episodes=5", "seeds=[0]",
+        f"results_dir={tmp_path}", "progress=false",
+    )  # fmt: skip
+    departures = paper_departures(load_runs(tmp_path / "runs").runs)
+    assert sorted(departures["departs"]) == ["", "llm.lapse=0.1, max_episodes=5"]

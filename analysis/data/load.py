@@ -154,6 +154,14 @@ def variants(runs: pd.DataFrame) -> pd.Series:
     return runs["config"].map(lambda config: str(config.get("variant") or ""))
 
 
+def experiment_variants(runs: pd.DataFrame) -> dict[str, list[str]]:
+    """Experiment -> the configuration variants among its runs (sorted, "" left out): what its tables'
+    and figures' titles name."""
+    named = runs.assign(variant=variants(runs))
+    named = named[named["variant"] != ""]
+    return {str(e): sorted(set(group["variant"])) for e, group in named.groupby("experiment", sort=True)}
+
+
 def in_sweep(runs: pd.DataFrame) -> pd.Series:
     """Which runs are grid points of a sweep: the threshold-sweep experiment's, and every run whose
     labels (experiment, env, memory) another run shares with another configuration variant, whatever

@@ -14,7 +14,7 @@ give byte-identical images with the same matplotlib. Each method keeps one colou
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -24,7 +24,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from analysis.data.load import in_sweep
+from analysis.data.load import experiment_variants, in_sweep
 from analysis.metrics import (
     METHOD_ORDER,
     NO_MEMORY,
@@ -33,6 +33,7 @@ from analysis.metrics import (
     TEPA_REV,
     Analysis,
     env_label,
+    experiment_title,
     method_label,
     phase_orders,
     settings,
@@ -41,10 +42,12 @@ from analysis.metrics import (
 )
 from analysis.report.timeline import busiest_key, draw_timeline, legend_handles, read_lifecycle, read_phases
 
-#: Lifecycle timelines: the drift experiments, revocation against the ablation without it, one seed.
-TIMELINES = (("paper_controlled", "controlled_drift"), ("paper_executable", "executable_drift"))
+#: Lifecycle timelines, one seed of every setting where a memory logged lifecycle events: revocation
+#: against the ablation without it where both ran, else every method that logged events.
 TIMELINE_METHODS = (TEPA_REV, "tepa_norev")
 TIMELINE_SEED = 0
+#: The archive events a timeline draws (`analysis.report.timeline`): a memory logging any has a lifecycle.
+LIFECYCLE_EVENTS = ("created", "promoted", "revoked", "repromoted")
 
 PNG_METADATA = {"Software": None}
 DPI = 110
@@ -120,10 +123,16 @@ def _phase_starts(rows: pd.DataFrame, phases: list[str]) -> list[tuple[str, int]
 
 
 def success_over_time(
-    rows: pd.DataFrame, phases: list[str], experiment: str, env: str, window: int
+    rows: pd.DataFrame,
+    phases: list[str],
+    experiment: str,
+    env: str,
+    window: int,
+    variants: Sequence[str] = (),
 ) -> Drawing:
     """Rolling success of each method (per seed, then averaged over seeds) with phases shaded; `rows`:
-    the episodes of that experiment and env."""
+    the episodes of that experiment and env, `variants`: its runs' configuration variants (the title
+    names them). A curve identical to an earlier one would hide behind it: its legend entry says so."""
     colors = method_colors(rows["memory"])
     figure = Figure(figsize=(10, 4.2), layout="constrained")
     ax = figure.add_subplot()
@@ -144,33 +153,40 @@ def success_over_time(
             fontsize=9,
         )
     n_seeds = 0
+    drawn: dict[bytes, str] = {}  # each curve drawn so far -> the method it belongs to
     for method in sorted_methods(rows["memory"]):
         grid = rows[rows["memory"] == method].pivot(index="t", columns="seed", values="success").astype(float)
         rolling = grid.rolling(window, min_periods=1).mean().mean(axis=1)
         n_seeds = max(n_seeds, grid.shape[1])
+        curve = rolling.index.to_numpy().tobytes() + rolling.to_numpy().tobytes()
+        same = drawn.setdefault(curve, method)
         ax.plot(
             rolling.index,
             rolling.to_numpy(),
             color=colors[method],
             ls=_STYLES.get(method, "-"),
             lw=1.4,
-            label=method_label(method),
+            label=method_label(method) + ("" if same == method else f" (same curve as {method_label(same)})"),
         )
     ax.set_xlim(int(rows["t"].min()), end)
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("episode t (stream position)")
     ax.set_ylabel(f"success, rolling mean of {window}")
-    title = f"{experiment} / {env_label(env)}: success over time (mean over {n_seeds} seeds)"
+    name = experiment_title(experiment, {experiment: list(variants)})
+    title = f"{name} / {env_label(env)}: success over time (mean over {n_seeds} seeds)"
     ax.set_title(title, pad=22)
     figure.legend(loc="outside right upper", frameon=False, fontsize=9)
     return Drawing(f"success_over_time_{experiment}_{env}.png", title, render(figure))
 
 
-def mpi_bars(mpi: pd.DataFrame, phases: dict[tuple[str, str], list[str]], experiment: str) -> Drawing | None:
+def mpi_bars(
+    mpi: pd.DataFrame, phases: dict[tuple[str, str], list[str]], experiment: str, variants: Sequence[str] = ()
+) -> Drawing | None:
     """Grouped bars: MPI of each method in each phase (or source), with 95% CI error bars (`mpi`,
-    `phases`: the Analysis' frame and phase orders)."""
+    `phases`: the Analysis' frame and phase orders; `variants` as in `success_over_time`). None when no
+    MPI is defined (No Memory scored 0 everywhere): an empty chart says nothing."""
     data = mpi[mpi["experiment"] == experiment] if len(mpi) else mpi
-    if data.empty:
+    if data.empty or data["mean"].isna().all():
         return None
     pairs = [s for s in settings(data) if s[0] == experiment]
     groups = []
@@ -209,8 +225,9 @@ def mpi_bars(mpi: pd.DataFrame, phases: dict[tuple[str, str], list[str]], experi
     ax.set_xticks(x, [g[2] for g in groups])
     ax.set_ylabel("MPI = (S_NoMem - S_m) / S_NoMem")
     ax.set_xlabel("phase" if len(pairs) == 1 else "source / phase")
-    title = f"{experiment}: memory pollution index (> 0: worse than No Memory)"
-    ax.set_title(title)
+    name = experiment_title(experiment, {experiment: list(variants)})
+    title = f"{name}: memory pollution index (> 0: worse than No Memory)"
+    figure.suptitle(title)  # over the whole figure: above the axes alone a long title was clipped
     figure.legend(loc="outside right upper", frameon=False, fontsize=9)
     return Drawing(f"mpi_{experiment}.png", title, render(figure))
 
@@ -250,11 +267,14 @@ def sweep_heatmap(points: pd.DataFrame, names: list[str], experiment: str, env: 
     return Drawing(f"sweep_{experiment}_{env}_{method}.png", title, render(figure))
 
 
-def lifecycle_timeline(run_dirs: dict[str, Path], experiment: str, env: str) -> Drawing | None:
+def lifecycle_timeline(
+    run_dirs: dict[str, Path], experiment: str, env: str, name: str, variants: Sequence[str] = ()
+) -> Drawing | None:
     """One key's precedents over time in each method's stream (`run_dirs`: method -> stream
-    directory), one panel per method; the key is TEPA-Rev's busiest (`busiest_key`)."""
+    directory), one panel per method; the key is the busiest (`busiest_key`) of the first method that
+    has one (TEPA-Rev where it ran)."""
     events = {method: read_lifecycle(d) for method, d in run_dirs.items()}
-    key = busiest_key(events[TEPA_REV]) if TEPA_REV in events else None
+    key = next((k for k in map(busiest_key, events.values()) if k is not None), None)
     if key is None:
         return None
     figure = Figure(figsize=(10, 1.2 + 1.6 * len(run_dirs)), layout="constrained")
@@ -265,24 +285,26 @@ def lifecycle_timeline(run_dirs: dict[str, Path], experiment: str, env: str) -> 
         ax.set_ylabel(method_label(method), fontsize=9)
     axes[-1].set_xlabel("episode t (stream position)")
     seed = TIMELINE_SEED
-    title = f"{experiment} / {env_label(env)}: precedents of key {key} over time (seed {seed}), by state"
+    named = experiment_title(experiment, {experiment: list(variants)})
+    title = f"{named} / {env_label(env)}: precedents of key {key} over time (seed {seed}), by state"
     figure.suptitle(title, fontsize=10)
     figure.legend(handles=legend_handles(), loc="outside right upper", frameon=False, fontsize=9)
-    return Drawing(f"lifecycle_{experiment}.png", title, render(figure))
+    return Drawing(name, title, render(figure))
 
 
-def _timeline_runs(runs: pd.DataFrame, root: Path, experiment: str, env: str) -> dict[str, Path]:
-    """Stream directories of the timeline methods at TIMELINE_SEED, for the methods that have one."""
-    found = {}
-    for method in TIMELINE_METHODS:
-        match = runs[
-            (runs["experiment"] == experiment)
-            & (runs["env"] == env)
-            & (runs["memory"] == method)
-            & (runs["seed"] == TIMELINE_SEED)
-        ]
-        if len(match):
-            found[method] = root / str(match["run"].iloc[0])
+def _timeline_runs(
+    runs: pd.DataFrame, events: pd.DataFrame, root: Path
+) -> dict[tuple[str, str], dict[str, Path]]:
+    """Per setting, the stream directories at TIMELINE_SEED of the methods to draw: TIMELINE_METHODS
+    where all of them logged lifecycle events, else every method that did (in method order)."""
+    logged = set(events.loc[events["event"].isin(LIFECYCLE_EVENTS), "run"]) if len(events) else set()
+    chosen = runs[(runs["seed"] == TIMELINE_SEED) & runs["run"].isin(logged)]
+    found: dict[tuple[str, str], dict[str, Path]] = {}
+    for experiment, env in settings(chosen):
+        of_setting = chosen[(chosen["experiment"] == experiment) & (chosen["env"] == env)]
+        run_of = dict(zip(of_setting["memory"], of_setting["run"], strict=True))
+        methods = TIMELINE_METHODS if set(TIMELINE_METHODS) <= set(run_of) else sorted_methods(run_of)
+        found[(experiment, env)] = {m: root / str(run_of[m]) for m in methods}
     return found
 
 
@@ -292,22 +314,38 @@ def success_jobs(episodes: pd.DataFrame, runs: pd.DataFrame, window: int) -> lis
     questions) has no drift to show over time; a sweep's grid points are drawn as heatmaps instead."""
     phases = phase_orders(episodes)
     swept = set(runs.loc[in_sweep(runs), "run"])
+    variants = experiment_variants(runs[~runs["run"].isin(swept)])
     regular = episodes[~episodes["run"].isin(swept)] if swept else episodes
     jobs: list[Job] = []
     for experiment, env in settings(regular):
         if len(phases[(experiment, env)]) > 1:
             of_setting = (regular["experiment"] == experiment) & (regular["env"] == env)
             rows = regular.loc[of_setting, _SUCCESS_COLUMNS]
-            jobs.append(partial(success_over_time, rows, phases[(experiment, env)], experiment, env, window))
+            named = variants.get(experiment, [])
+            jobs.append(
+                partial(success_over_time, rows, phases[(experiment, env)], experiment, env, window, named)
+            )
     return jobs
 
 
-def timeline_jobs(runs: pd.DataFrame, root: str | Path) -> list[Job]:
-    """The lifecycle timelines (TIMELINES), read from the streams' logs under the run-log `root`."""
-    return [
-        partial(lifecycle_timeline, _timeline_runs(runs, Path(root), experiment, env), experiment, env)
-        for experiment, env in TIMELINES
-    ]
+def timeline_jobs(runs: pd.DataFrame, events: pd.DataFrame, root: str | Path) -> list[Job]:
+    """The lifecycle timelines of every setting outside the sweeps where a memory logged lifecycle
+    events (`analysis.data.load.RunLogs`' runs and events), read from the streams' logs under the
+    run-log `root`. One file per experiment, named by the env too when the experiment has several."""
+    regular = runs[~in_sweep(runs)]
+    variants = experiment_variants(regular)
+    found = _timeline_runs(regular, events, Path(root))
+    envs = {e: [v for x, v in found if x == e] for e, _ in found}
+    jobs: list[Job] = []
+    for (experiment, env), run_dirs in found.items():
+        name = (
+            f"lifecycle_{experiment}.png"
+            if len(envs[experiment]) == 1
+            else f"lifecycle_{experiment}_{env}.png"
+        )
+        named = variants.get(experiment, [])
+        jobs.append(partial(lifecycle_timeline, run_dirs, experiment, env, name, named))
+    return jobs
 
 
 def metric_jobs(analysis: Analysis) -> list[Job]:
@@ -315,7 +353,13 @@ def metric_jobs(analysis: Analysis) -> list[Job]:
     mpi = analysis.mpi
     experiments = sorted_experiments(mpi["experiment"]) if len(mpi) else []
     jobs: list[Job] = [
-        partial(mpi_bars, mpi[mpi["experiment"] == experiment], analysis.phases, experiment)
+        partial(
+            mpi_bars,
+            mpi[mpi["experiment"] == experiment],
+            analysis.phases,
+            experiment,
+            analysis.variants.get(experiment, []),
+        )
         for experiment in experiments
     ]
     overall = analysis.sweep[analysis.sweep["phase"] == OVERALL] if len(analysis.sweep) else analysis.sweep

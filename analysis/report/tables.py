@@ -21,6 +21,7 @@ from analysis.metrics import (
     TEPA_REV,
     Analysis,
     env_label,
+    experiment_title,
     method_label,
     settings,
     sorted_experiments,
@@ -299,9 +300,18 @@ def _paper_table(
     if not rows:
         return None
     frame = pd.DataFrame(data)
+    title = _variant_title(analysis, title, [c[0] for c in cells])
     columns = _PAPER_COLUMNS + (["MPI (ours)", "MPI (paper)"] if with_mpi else [])
     text = " ".join(p for p in (_seeds_note(frame, analysis.intervals), _PAPER_NOTE, note) if p)
     return Table(name, title, columns, rows, frame, note=text)
+
+
+def _variant_title(analysis: Analysis, title: str, experiments: list[str]) -> str:
+    """A paper table's title, naming the configuration variants of its experiments' runs if any."""
+    named = [
+        experiment_title(e, analysis.variants) for e in dict.fromkeys(experiments) if analysis.variants.get(e)
+    ]
+    return f"{title}: {'; '.join(named)}" if named else title
 
 
 def _gain_note(analysis: Analysis, experiment: str, env: str) -> str:
@@ -364,7 +374,9 @@ def _mab_table(analysis: Analysis) -> Table | None:
             f"Rows marked [published] are other systems as published in {paper.MAB_PAPER}, for context.",
         )
     )
-    title = "MemoryAgentBench FactConsolidation, per source: ours vs the paper"
+    title = _variant_title(
+        analysis, "MemoryAgentBench FactConsolidation, per source: ours vs the paper", [experiment]
+    )
     return Table("paper_memoryagentbench", title, _PAPER_COLUMNS, rows, frame, note=note)
 
 
@@ -421,13 +433,20 @@ def scorecard_table(analysis: Analysis) -> Table:
         why = r["reason"] + (f" ([evidence]({r['evidence']}))" if r["evidence"] else "")
         rows.append([env_label(r["env"]), r["phase"], scorecard.describe(r), r["verdict"], ours, theirs, why])
     verdicts = data["verdict"].value_counts()
-    counts = ", ".join(f"{int(verdicts.get(v, 0))} {v}" for v in scorecard.VERDICTS)
+    shown = [v for v in scorecard.VERDICTS if v != scorecard.VARIANT or verdicts.get(v, 0)]
+    counts = ", ".join(f"{int(verdicts.get(v, 0))} {v}" for v in shown)
+    variant = (
+        " Variant: our runs of the cell are not the paper experiment's configuration (the keys that "
+        f"differ are named) or have fewer than {MIN_BOOTSTRAP_SEEDS} seeds; they are not graded."
+        if verdicts.get(scorecard.VARIANT, 0)
+        else ""
+    )
     note = (
         f"{len(data)} rows: {counts}. Reproduced: the paper's value inside our 95% interval or within "
         f"{scorecard.TOLERANCE:g} of our mean; direction only: the same sign (MPI, differences) and the "
         "same ordering against the other methods the paper reports in the cell (success); a p-value "
-        "claim is reproduced when both our exact sign-flip and paired bootstrap p meet it. Intervals "
-        "as in the tables below; the same scorecard is in tables/scorecard.csv."
+        "claim is reproduced when both our exact sign-flip and paired bootstrap p meet it."
+        f"{variant} Intervals as in the tables below; the same scorecard is in tables/scorecard.csv."
     )
     columns = ["Setting", "Phase", "Number", "Verdict", "Ours [95% CI]", "Paper", "Why not (evidence)"]
     return Table(SCORECARD, "Reproduction scorecard", columns, rows, data, labels=4, note=note)
@@ -453,7 +472,7 @@ def success_table(analysis: Analysis, experiment: str) -> Table | None:
     columns, rows = _wide(analysis, analysis.success, experiment)
     return Table(
         f"success_{experiment}",
-        f"{experiment}: success per phase",
+        f"{experiment_title(experiment, analysis.variants)}: success per phase",
         columns,
         rows,
         data.reset_index(drop=True),
@@ -473,7 +492,7 @@ def mpi_table(analysis: Analysis, experiment: str) -> Table | None:
     )
     return Table(
         f"mpi_{experiment}",
-        f"{experiment}: memory pollution index (MPI) per phase",
+        f"{experiment_title(experiment, analysis.variants)}: memory pollution index (MPI) per phase",
         columns,
         rows,
         data.reset_index(drop=True),
@@ -529,7 +548,7 @@ def paired_table(analysis: Analysis, experiment: str) -> Table | None:
     )
     return Table(
         f"paired_{experiment}",
-        f"{experiment}: paired tests, TEPA-Rev vs each method",
+        f"{experiment_title(experiment, analysis.variants)}: paired tests, TEPA-Rev vs each method",
         columns,
         rows,
         data.reset_index(drop=True),
@@ -567,7 +586,7 @@ def adaptation_table(analysis: Analysis, experiment: str) -> Table | None:
     )
     return Table(
         f"adaptation_{experiment}",
-        f"{experiment}: adaptation after phase boundaries",
+        f"{experiment_title(experiment, analysis.variants)}: adaptation after phase boundaries",
         columns,
         rows,
         data.reset_index(drop=True),
@@ -611,7 +630,7 @@ def cost_table(analysis: Analysis, experiment: str) -> Table | None:
     )
     return Table(
         f"cost_{experiment}",
-        f"{experiment}: prompt size, lifecycle and trial cost",
+        f"{experiment_title(experiment, analysis.variants)}: prompt size, lifecycle and trial cost",
         columns,
         rows,
         data.reset_index(drop=True),
@@ -635,7 +654,9 @@ def sweep_table(analysis: Analysis, experiment: str) -> Table | None:
         cells, counts = [], set()
         for phase in phases:
             cell = keyed.get((r["env"], r["memory"], *(r[n] for n in names), phase))
-            cells.append(MISSING if cell is None else interval(cell["mean"], cell["low"], cell["high"], n=cell["n"]))
+            cells.append(
+                MISSING if cell is None else interval(cell["mean"], cell["low"], cell["high"], n=cell["n"])
+            )
             counts |= {int(cell["n"])} if cell is not None else set()
         point = [f"{r[n]:g}" for n in names]
         seeds = "/".join(str(c) for c in sorted(counts))
