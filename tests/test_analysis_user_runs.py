@@ -71,3 +71,71 @@ def test_a_run_of_the_paper_configuration_departs_in_nothing(tmp_path):
     )  # fmt: skip
     departures = paper_departures(load_runs(tmp_path / "runs").runs)
     assert sorted(departures["departs"]) == ["", "llm.lapse=0.1, max_episodes=5"]
+
+
+def test_a_long_figure_title_stays_inside_the_figure():
+    from matplotlib.figure import Figure
+
+    from analysis.report.figures import render, set_title
+
+    figure = Figure(figsize=(7, 4.2), layout="constrained")
+    figure.add_subplot().bar([0], [1], label="x")
+    figure.legend(loc="outside right upper")
+    set_title(figure, "paper_preference (env.n_keys=3; llm.lapse=0.1): memory pollution index (> 0: worse)")
+    render(figure)
+    box = figure._suptitle.get_window_extent()
+    assert box.x0 >= 0 and box.x1 <= figure.bbox.x1 and box.y1 <= figure.bbox.y1
+
+
+def test_an_mpi_figure_without_any_defined_mpi_is_not_drawn():
+    from analysis.report.figures import mpi_bars
+
+    nan = float("nan")
+    frame = pd.DataFrame(
+        [{"experiment": "e", "env": "v", "memory": m, "phase": "q", "mean": nan, "low": nan, "high": nan, "n": 10}
+         for m in ("lww", "tepa_rev")]
+    )  # fmt: skip
+    assert mpi_bars(frame, {("e", "v"): ["q"]}, "e") is None
+    assert mpi_bars(frame.assign(mean=0.2, low=0.1, high=0.3), {("e", "v"): ["q"]}, "e") is not None
+
+
+def test_identical_success_curves_say_which_curve_hides_them():
+    from analysis.report.figures import success_curves
+
+    rows = pd.DataFrame(
+        [{"memory": m, "seed": 0, "t": t, "phase": "p", "success": t % 2 == 0 or m == "lww"}
+         for m in ("tepa_rev", "tepa_rev-counts=lifetime", "lww") for t in range(10)]
+    )  # fmt: skip
+    labels = {m: label for m, (_, label) in success_curves(rows, 3).items()}
+    assert labels == {
+        "lww": "LWW",
+        "tepa_rev": "TEPA-Rev",
+        "tepa_rev-counts=lifetime": "tepa_rev-counts=lifetime (same curve as TEPA-Rev)",
+    }
+
+
+def test_a_custom_memory_with_lifecycle_events_gets_a_timeline_and_its_revocations_counted(tmp_path):
+    import json
+
+    root = tmp_path / "runs"
+    for memory in ("keep_first", "mine"):
+        for seed in range(2):
+            run = write_run(root, "own", "controlled_drift", memory, seed)
+            if memory == "mine":
+                events = [
+                    {"t": 1, "event": "created", "id": 0, "key": "k0", "value": "a", "s": 1, "f": 0, "state": "active"},
+                    {"t": 40, "event": "revoked", "id": 0, "key": "k0", "value": "a", "s": 1, "f": 2, "state": "revoked"},
+                    {"t": 41, "event": "created", "id": 1, "key": "k0", "value": "b", "s": 1, "f": 0, "state": "active"},
+                ]  # fmt: skip
+                (run / "archive.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    out = tmp_path / "out"
+    assert main(["--runs", str(root), "--out", str(out), "--quiet"]) == 0
+    assert (out / "figures" / "lifecycle_own.png").read_bytes().startswith(b"\x89PNG")
+    assert (
+        "![own / controlled_drift: precedents of key k0 over time (seed 0)" in (out / "README.md").read_text()
+    )
+    cost = pd.read_csv(out / "tables" / "cost_own.csv").set_index(["memory", "metric"])
+    assert (
+        cost.loc[("mine", "revocations"), "mean"] == 1
+        and cost.loc[("keep_first", "revocations"), "mean"] == 0
+    )

@@ -14,6 +14,7 @@ give byte-identical images with the same matplotlib. Each method keeps one colou
 from __future__ import annotations
 
 import io
+import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -50,6 +51,8 @@ TIMELINE_SEED = 0
 LIFECYCLE_EVENTS = ("created", "promoted", "revoked", "repromoted")
 
 PNG_METADATA = {"Software": None}
+#: Characters of a figure title per inch of figure width (12-point text is about 10 per inch).
+_TITLE_CHARS_PER_INCH = 9
 DPI = 110
 _COLORS = dict(
     zip(
@@ -105,6 +108,13 @@ def method_colors(methods: Iterable[str]) -> dict[str, str]:
     return _COLORS | {m: _EXTRA_COLORS[i % len(_EXTRA_COLORS)] for i, m in enumerate(extra)}
 
 
+def set_title(figure: Figure, title: str) -> None:
+    """The figure's title over its whole width, wrapped to fit it: over the axes alone a long title
+    (an experiment's name and its variant) ran past the figure's left edge and was clipped."""
+    per_line = int(figure.get_figwidth() * _TITLE_CHARS_PER_INCH)
+    figure.suptitle(textwrap.fill(title, per_line))
+
+
 def render(figure: Figure) -> bytes:
     """The figure as PNG bytes (the same bytes `save_figure` writes)."""
     FigureCanvasAgg(figure)
@@ -120,6 +130,20 @@ def save_figure(figure: Figure, path: Path) -> None:
 def _phase_starts(rows: pd.DataFrame, phases: list[str]) -> list[tuple[str, int]]:
     first = rows.groupby("phase")["t"].min()
     return [(p, int(first[p])) for p in phases if p in first.index]
+
+
+def success_curves(rows: pd.DataFrame, window: int) -> dict[str, tuple[pd.Series, str]]:
+    """Method -> its rolling success (per seed, then the mean over seeds) and its legend label, in method
+    order. A curve identical to an earlier method's would hide behind it: its label names that one."""
+    curves: dict[str, tuple[pd.Series, str]] = {}
+    drawn: dict[bytes, str] = {}  # each curve so far -> the first method that has it
+    for method in sorted_methods(rows["memory"]):
+        grid = rows[rows["memory"] == method].pivot(index="t", columns="seed", values="success").astype(float)
+        rolling = grid.rolling(window, min_periods=1).mean().mean(axis=1)
+        same = drawn.setdefault(rolling.index.to_numpy().tobytes() + rolling.to_numpy().tobytes(), method)
+        hidden = "" if same == method else f" (same curve as {method_label(same)})"
+        curves[method] = (rolling, method_label(method) + hidden)
+    return curves
 
 
 def success_over_time(
@@ -152,22 +176,17 @@ def success_over_time(
             va="bottom",
             fontsize=9,
         )
-    n_seeds = 0
-    drawn: dict[bytes, str] = {}  # each curve drawn so far -> the method it belongs to
-    for method in sorted_methods(rows["memory"]):
-        grid = rows[rows["memory"] == method].pivot(index="t", columns="seed", values="success").astype(float)
-        rolling = grid.rolling(window, min_periods=1).mean().mean(axis=1)
-        n_seeds = max(n_seeds, grid.shape[1])
-        curve = rolling.index.to_numpy().tobytes() + rolling.to_numpy().tobytes()
-        same = drawn.setdefault(curve, method)
+    curves = success_curves(rows, window)
+    for method, (rolling, label) in curves.items():
         ax.plot(
             rolling.index,
             rolling.to_numpy(),
             color=colors[method],
             ls=_STYLES.get(method, "-"),
             lw=1.4,
-            label=method_label(method) + ("" if same == method else f" (same curve as {method_label(same)})"),
+            label=label,
         )
+    n_seeds = int(rows.groupby("memory")["seed"].nunique().max())
     ax.set_xlim(int(rows["t"].min()), end)
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("episode t (stream position)")
@@ -227,7 +246,7 @@ def mpi_bars(
     ax.set_xlabel("phase" if len(pairs) == 1 else "source / phase")
     name = experiment_title(experiment, {experiment: list(variants)})
     title = f"{name}: memory pollution index (> 0: worse than No Memory)"
-    figure.suptitle(title)  # over the whole figure: above the axes alone a long title was clipped
+    set_title(figure, title)
     figure.legend(loc="outside right upper", frameon=False, fontsize=9)
     return Drawing(f"mpi_{experiment}.png", title, render(figure))
 
