@@ -92,7 +92,7 @@ def test_an_mpi_figure_without_any_defined_mpi_is_not_drawn():
 
     nan = float("nan")
     frame = pd.DataFrame(
-        [{"experiment": "e", "env": "v", "memory": m, "phase": "q", "mean": nan, "low": nan, "high": nan, "n": 10}
+        [{"experiment": "e", "env": "v", "memory": m, "phase": "q"} | dict(mean=nan, low=nan, high=nan, n=10)
          for m in ("lww", "tepa_rev")]
     )  # fmt: skip
     assert mpi_bars(frame, {("e", "v"): ["q"]}, "e") is None
@@ -122,11 +122,12 @@ def test_a_custom_memory_with_lifecycle_events_gets_a_timeline_and_its_revocatio
         for seed in range(2):
             run = write_run(root, "own", "controlled_drift", memory, seed)
             if memory == "mine":
+                fields = {"id": 0, "key": "k0", "value": "a", "s": 1, "f": 0}
                 events = [
-                    {"t": 1, "event": "created", "id": 0, "key": "k0", "value": "a", "s": 1, "f": 0, "state": "active"},
-                    {"t": 40, "event": "revoked", "id": 0, "key": "k0", "value": "a", "s": 1, "f": 2, "state": "revoked"},
-                    {"t": 41, "event": "created", "id": 1, "key": "k0", "value": "b", "s": 1, "f": 0, "state": "active"},
-                ]  # fmt: skip
+                    fields | {"t": 1, "event": "created", "state": "active"},
+                    fields | {"t": 40, "event": "revoked", "state": "revoked"},
+                    fields | {"t": 41, "event": "created", "id": 1, "value": "b", "state": "active"},
+                ]
                 (run / "archive.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     out = tmp_path / "out"
     assert main(["--runs", str(root), "--out", str(out), "--quiet"]) == 0
