@@ -155,9 +155,11 @@ def test_cli_writes_deterministic_tables_figures_and_readme(runs_root, tmp_path)
         (0.6, 0.5),
     ]
 
-    (out / "tables" / "stale_table.md").write_text("old")
+    (out / "tables" / "own_table.md").write_text("old")  # not written by the analysis: left alone
     assert main(["--runs", str(runs_root), "--out", str(out), "--quiet"]) == 0
-    assert {p.name: p.read_bytes() for p in sorted((out / "tables").iterdir())} == tables
+    assert {p.name: p.read_bytes() for p in sorted((out / "tables").iterdir())} == tables | {
+        "own_table.md": b"old"
+    }
     assert {p.name: p.read_bytes() for p in sorted((out / "figures").iterdir())} == figures
     assert (out / "README.md").read_text() == readme
 

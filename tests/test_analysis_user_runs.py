@@ -140,3 +140,82 @@ def test_a_custom_memory_with_lifecycle_events_gets_a_timeline_and_its_revocatio
         cost.loc[("mine", "revocations"), "mean"] == 1
         and cost.loc[("keep_first", "revocations"), "mean"] == 0
     )
+
+
+def _files(folder) -> dict[str, bytes]:
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+def _paper_runs(root, seeds=range(8)):
+    for memory in ("no_memory", "append_only", "lww", "tepa_rev"):
+        for seed in seeds:
+            write_run(root, "paper_controlled", "controlled_drift", memory, seed)
+
+
+def test_results_of_experiments_absent_from_the_runs_are_kept_as_a_full_analysis_gives_them(tmp_path, caplog):
+    import logging
+    import shutil
+
+    paper, own, both = tmp_path / "paper", tmp_path / "own", tmp_path / "both"
+    _paper_runs(paper)
+    for seed in range(8):
+        write_run(own, "own", "controlled_drift", "keep_first", seed)
+        write_run(own, "own", "controlled_drift", "no_memory", seed)
+    shutil.copytree(paper, both)
+    shutil.copytree(own, both, dirs_exist_ok=True)
+    out, full = tmp_path / "out", tmp_path / "full"
+    assert main(["--runs", str(paper), "--out", str(out), "--quiet"]) == 0
+    before = _files(out)
+    with caplog.at_level(logging.WARNING, logger="analysis"):
+        assert main(["--runs", str(own), "--out", str(out), "--quiet"]) == 0
+    assert [r.getMessage() for r in caplog.records] == [
+        f"analysis: kept the results in {out} of paper_controlled (no runs of them under {own}; "
+        "--replace drops them)"
+    ]
+    after = _files(out)
+    assert all(after[name] == data for name, data in before.items() if "paper_controlled" in name)
+    assert after["tables/scorecard.md"] == before["tables/scorecard.md"]
+    # What is kept is what one analysis of all the runs gives, byte for byte (figures included).
+    assert main(["--runs", str(both), "--out", str(full), "--quiet"]) == 0
+    assert after == _files(full)
+    readme = after["README.md"].decode()
+    assert "| paper_controlled | No Memory, Append-Only, LWW, TEPA-Rev |" in readme and "| own |" in readme
+    # And rerunning the paper runs alone now keeps the user's experiment in turn.
+    assert main(["--runs", str(paper), "--out", str(out), "--quiet"]) == 0
+    assert _files(out) == after
+
+
+def test_recomputing_an_experiment_from_fewer_runs_is_refused_unless_replace_is_given(tmp_path, caplog):
+    import logging
+
+    full, subset, out = tmp_path / "full", tmp_path / "subset", tmp_path / "out"
+    _paper_runs(full)
+    _paper_runs(subset, seeds=range(2))
+    assert main(["--runs", str(full), "--out", str(out), "--quiet"]) == 0
+    before = _files(out)
+    with caplog.at_level(logging.ERROR, logger="analysis"):
+        assert main(["--runs", str(subset), "--out", str(out), "--quiet"]) == 2
+    (error,) = [r.getMessage() for r in caplog.records]
+    assert error.startswith(
+        f"analysis: --out {out} holds results of paper_controlled computed from 24 run(s)"
+    )
+    assert "--replace replaces them" in error and "\n" not in error
+    assert _files(out) == before
+    assert main(["--runs", str(subset), "--out", str(out), "--quiet", "--replace"]) == 0
+    assert pd.read_csv(out / "tables" / "success_paper_controlled.csv")["n"].max() == 2
+    write_run(tmp_path / "own", "own", "controlled_drift", "lww", 0)
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="analysis"):
+        assert main(["--runs", str(tmp_path / "own"), "--out", str(out), "--quiet", "--window", "5"]) == 2
+    (error,) = [r.getMessage() for r in caplog.records]
+    assert (
+        "holds results of paper_controlled computed with other options (" in error and "--window 20" in error
+    )
+
+
+def test_the_default_out_is_not_the_committed_results():
+    from analysis.__main__ import parse_args
+
+    assert parse_args([]).out.as_posix() == "results/report"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import io
 import textwrap
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -82,19 +82,22 @@ _SUCCESS_COLUMNS = ["memory", "seed", "t", "phase", "success"]
 
 @dataclass(frozen=True)
 class FigureFile:
-    """A written figure, with the title the report shows above it."""
+    """A written figure, with the title the report shows above it and the experiment it shows."""
 
     path: Path
     title: str
+    experiment: str = ""
 
 
 @dataclass(frozen=True)
 class Drawing:
-    """A figure rendered to PNG, not yet written: its file name, the report's title for it, the image."""
+    """A figure rendered to PNG, not yet written: its file name, the report's title for it, the image,
+    and the experiment whose runs it shows."""
 
     name: str
     title: str
     png: bytes
+    experiment: str = ""
 
 
 #: One figure to draw: a drawing function below with its data bound (a picklable partial); None when
@@ -195,7 +198,7 @@ def success_over_time(
     title = f"{name} / {env_label(env)}: success over time (mean over {n_seeds} seeds)"
     ax.set_title(title, pad=22)
     figure.legend(loc="outside right upper", frameon=False, fontsize=9)
-    return Drawing(f"success_over_time_{experiment}_{env}.png", title, render(figure))
+    return Drawing(f"success_over_time_{experiment}_{env}.png", title, render(figure), experiment)
 
 
 def mpi_bars(
@@ -248,7 +251,7 @@ def mpi_bars(
     title = f"{name}: memory pollution index (> 0: worse than No Memory)"
     set_title(figure, title)
     figure.legend(loc="outside right upper", frameon=False, fontsize=9)
-    return Drawing(f"mpi_{experiment}.png", title, render(figure))
+    return Drawing(f"mpi_{experiment}.png", title, render(figure), experiment)
 
 
 def sweep_heatmap(points: pd.DataFrame, names: list[str], experiment: str, env: str, method: str) -> Drawing:
@@ -283,7 +286,7 @@ def sweep_heatmap(points: pd.DataFrame, names: list[str], experiment: str, env: 
     rest = f", averaged over {', '.join(names[2:])}" if len(names) > 2 else ""
     title = f"{experiment}: sweep of {', '.join(names[:2])}, {method_label(method)} on {env_label(env)}{rest}"
     ax.set_title(title)
-    return Drawing(f"sweep_{experiment}_{env}_{method}.png", title, render(figure))
+    return Drawing(f"sweep_{experiment}_{env}_{method}.png", title, render(figure), experiment)
 
 
 def lifecycle_timeline(
@@ -308,7 +311,7 @@ def lifecycle_timeline(
     title = f"{named} / {env_label(env)}: precedents of key {key} over time (seed {seed}), by state"
     figure.suptitle(title, fontsize=10)
     figure.legend(handles=legend_handles(), loc="outside right upper", frameon=False, fontsize=9)
-    return Drawing(name, title, render(figure))
+    return Drawing(name, title, render(figure), experiment)
 
 
 def _timeline_runs(
@@ -394,8 +397,28 @@ def metric_jobs(analysis: Analysis) -> list[Job]:
     return jobs
 
 
-def write_figures(drawings: Iterable[Drawing | None], directory: str | Path) -> list[FigureFile]:
-    """Write the drawings into `directory` in the given order (earlier PNGs no longer made are removed)."""
+#: Figure kinds in report order, by file-name prefix (others follow them).
+FIGURE_KINDS = ("success_over_time_", "mpi_", "sweep_", "lifecycle_")
+
+
+def report_order(figures: Iterable[FigureFile]) -> list[FigureFile]:
+    """Figures in report order: by kind (FIGURE_KINDS), then experiment; in the given order otherwise
+    (so figures kept from earlier runs fall into the place a full analysis gives them)."""
+
+    def kind(figure: FigureFile) -> int:
+        name = figure.path.name
+        return next((i for i, p in enumerate(FIGURE_KINDS) if name.startswith(p)), len(FIGURE_KINDS))
+
+    listed = list(figures)
+    rank = {e: i for i, e in enumerate(sorted_experiments(f.experiment for f in listed))}
+    return sorted(listed, key=lambda f: (kind(f), rank[f.experiment]))
+
+
+def write_figures(
+    drawings: Iterable[Drawing | None], directory: str | Path, removable: Collection[str] | None = None
+) -> list[FigureFile]:
+    """Write the drawings into `directory` in the given order. Earlier PNGs no longer made are removed
+    when `removable` (file names) lists them, or all of them when it is None."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     files = []
@@ -403,8 +426,9 @@ def write_figures(drawings: Iterable[Drawing | None], directory: str | Path) -> 
         if drawing is not None:
             path = directory / drawing.name
             path.write_bytes(drawing.png)
-            files.append(FigureFile(path, drawing.title))
+            files.append(FigureFile(path, drawing.title, drawing.experiment))
     written = {f.path for f in files}
     for stale in sorted(p for p in directory.glob("*.png") if p not in written):
-        stale.unlink()
+        if removable is None or stale.name in removable:
+            stale.unlink()
     return files

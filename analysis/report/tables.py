@@ -8,7 +8,7 @@ nothing depends on time or dict order, so regenerating from the same logs is byt
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +46,8 @@ class Table:
     labels: int = 2
     note: str = ""
     sources: list[str] = field(default_factory=list)
+    #: The experiment whose runs alone it is computed from ("" when several or none).
+    experiment: str = ""
 
 
 # ----------------------------------------------------------------------------------------- formatting
@@ -159,8 +161,11 @@ def to_latex(table: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_tables(tables: Sequence[Table], directory: str | Path) -> list[Path]:
-    """Write every table as .md, .csv and .tex; earlier outputs of tables no longer made are removed."""
+def write_tables(
+    tables: Sequence[Table], directory: str | Path, removable: Collection[str] | None = None
+) -> list[Path]:
+    """Write every table as .md, .csv and .tex. Earlier outputs of tables no longer made are removed
+    when `removable` (table names) lists them, or all of them when it is None."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     written = []
@@ -171,7 +176,8 @@ def write_tables(tables: Sequence[Table], directory: str | Path) -> list[Path]:
         table.data.to_csv(base.with_suffix(".csv"), index=False, float_format="%.6g", lineterminator="\n")
         written += [base.with_suffix(s) for s in SUFFIXES]
     for stale in sorted(p for p in directory.iterdir() if p.suffix in SUFFIXES and p not in written):
-        stale.unlink()
+        if removable is None or stale.stem in removable:
+            stale.unlink()
     return written
 
 
@@ -677,7 +683,7 @@ def build_tables(analysis: Analysis) -> list[Table]:
     """Every table, in report order: the scorecard, paper tables, per-experiment tables, the sweep, the
     references."""
     tables = [scorecard_table(analysis), *paper_tables(analysis)]
-    experiments = sorted_experiments(analysis.per_seed["experiment"]) if len(analysis.per_seed) else []
+    experiments = sorted_experiments(analysis.success["experiment"]) if len(analysis.success) else []
     for experiment in experiments:
         for make in (success_table, mpi_table, paired_table, adaptation_table, cost_table):
             table = make(analysis, experiment)
