@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from analysis.__main__ import main
+from analysis.data.integrity import file_record
 from analysis.data.load import load_runs
 from analysis.report.tables import Table, interval, latex_escape, number, pvalue, to_latex, to_markdown
 
@@ -49,14 +50,30 @@ def write_run(
             t += 1
     pd.DataFrame(rows).to_parquet(run / "episodes.parquet")
     events = [{"t": 3, "event": "promoted"}, {"t": 40, "event": "revoked"}, {"t": 95, "event": "repromoted"}]
-    if memory == "tepa_rev":
-        (run / "archive.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    archive = "".join(json.dumps(e) + "\n" for e in events) if memory == "tepa_rev" else ""
+    (run / "archive.jsonl").write_text(archive)
     meta = {"config": config or {"memory": {"name": memory}}, "complete": complete}
+    record_files(run, len(rows), archive.count("\n"), meta)
     # As the runner records them: the options the stream was built from, and no override of them.
     options = {"env": {"option": env}, "memory": {"option": memory}, "llm": {"option": "simulated"}}
     meta |= {"identity": options | {"seed": seed}, "variant": "", "overrides": {}}
     (run / "meta.json").write_text(json.dumps(meta))
     return run
+
+
+def record_files(run: Path, episodes: int, events: int, meta: dict) -> None:
+    """Record in `meta` the checksums of the run's files, as the runner does."""
+    files = {"episodes.parquet": episodes, "archive.jsonl": events}
+    meta["files"] = {name: file_record((run / name).read_bytes(), rows) for name, rows in files.items()}
+
+
+def reseal(run: Path) -> None:
+    """Record the checksums of a run's files as they are now in its meta.json (after a test changed
+    them on purpose, so that the analysis checks what it reads rather than stopping at the checksum)."""
+    meta = json.loads((run / "meta.json").read_text())
+    episodes = len(pd.read_parquet(run / "episodes.parquet"))
+    record_files(run, episodes, (run / "archive.jsonl").read_text().count("\n"), meta)
+    (run / "meta.json").write_text(json.dumps(meta))
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +117,7 @@ def test_load_skips_incomplete_runs_and_fills_counters(runs_root):
 def test_load_rejects_bad_logs(tmp_path):
     run = write_run(tmp_path / "a", "paper_controlled", "controlled_drift", "lww", 0)
     pd.read_parquet(run / "episodes.parquet").drop(columns="phase").to_parquet(run / "episodes.parquet")
+    reseal(run)
     with pytest.raises(ValueError, match="phase"):
         load_runs(tmp_path / "a")
     for subdir in ("x", "y"):

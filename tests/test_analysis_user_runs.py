@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.__main__ import main
-from tests.test_analysis_outputs import PHASES, write_run
+from tests.test_analysis_outputs import PHASES, reseal, write_run
 
 
 def sweep_runs(root, seeds=(0, 1)):
@@ -129,6 +129,7 @@ def test_a_custom_memory_with_lifecycle_events_gets_a_timeline_and_its_revocatio
                     fields | {"t": 41, "event": "created", "id": 1, "value": "b", "state": "active"},
                 ]
                 (run / "archive.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+                reseal(run)
     out = tmp_path / "out"
     assert main(["--runs", str(root), "--out", str(out), "--quiet"]) == 0
     assert (out / "figures" / "lifecycle_own.png").read_bytes().startswith(b"\x89PNG")

@@ -10,7 +10,7 @@ import pandas as pd
 from analysis.data.load import SWEEP_EXPERIMENT, experiment_variants, in_sweep
 from analysis.metrics import experiment_title, method_label, sorted_experiments, sorted_methods, sweep_method
 from analysis.report.figures import FigureFile
-from analysis.report.tables import SCORECARD, Table, markdown_table
+from analysis.report.tables import SCORECARD, Table, markdown_table, plain
 
 SIMULATED_BACKEND_NOTE = (
     "**About the backend.** The default LLM backend, `SimulatedBackend` (`llm=simulated`), is a "
@@ -80,16 +80,18 @@ def render_report(
     ]
     first = [t for t in tables if t.name == SCORECARD]
     for table in first:  # what reproduces, before anything else
-        parts += [f"## {table.title}\n", *_table_parts(table)]
+        parts += [f"## {plain(table.title)}\n", *_table_parts(table)]
     parts += ["## Runs\n", _inventory(runs), "## Tables\n"]
     for table in tables:
         if table.name != SCORECARD:
-            parts += [f"### {table.title}\n", *_table_parts(table)]
+            parts += [f"### {plain(table.title)}\n", *_table_parts(table)]
     if figures:
         parts.append("## Figures\n")
     for figure in figures:
         relative = figure.path.relative_to(root).as_posix()
-        parts += [f"### {figure.title}\n", f"![{figure.title}]({relative})\n"]
+        title = plain(figure.title)
+        alt = title.replace("[", "\\[").replace("]", "\\]")
+        parts += [f"### {title}\n", f"![{alt}]({relative})\n"]
     return "\n".join(parts + _companions(root))
 
 
@@ -97,7 +99,7 @@ def _table_parts(table: Table) -> list[str]:
     base = f"tables/{table.name}"
     return [
         markdown_table(table.columns, table.rows, table.labels),
-        *([table.note + "\n"] if table.note else []),
+        *([plain(table.note) + "\n"] if table.note else []),
         f"Files: [{base}.csv]({base}.csv), [{base}.tex]({base}.tex)\n",
     ]
 

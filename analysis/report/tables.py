@@ -8,6 +8,7 @@ nothing depends on time or dict order, so regenerating from the same logs is byt
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,11 +102,22 @@ def reference(value: paper.PaperNumber | None, digits: int = 3) -> str:
     return ("~" if value.approximate else "") + number(value.value, digits)
 
 
+_BREAKS = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]+")
+_TAG = re.compile(r"<(?=[A-Za-z/!?])")
+
+
+def plain(text: str) -> str:
+    """One line of inert text for markdown: line breaks and control characters become a space and the
+    `<` that would open an HTML tag is escaped, so that no label or phase name read from a log adds
+    lines, markup or HTML to a table or the README."""
+    return _TAG.sub("&lt;", _BREAKS.sub(" ", text))
+
+
 def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]], labels: int) -> str:
     """A GitHub pipe table: label columns left-aligned, value columns right-aligned."""
 
     def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+        return "| " + " | ".join(plain(c).replace("|", "\\|") for c in cells) + " |"
 
     rule = ["---" if i < labels else "--:" for i in range(len(columns))]
     return "\n".join([line(columns), "|" + "|".join(rule) + "|", *(line(r) for r in rows)]) + "\n"
@@ -113,9 +125,9 @@ def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]], labels
 
 def to_markdown(table: Table) -> str:
     """The table with its title and note, as a standalone markdown file."""
-    parts = [f"### {table.title}\n", markdown_table(table.columns, table.rows, table.labels)]
+    parts = [f"### {plain(table.title)}\n", markdown_table(table.columns, table.rows, table.labels)]
     if table.note:
-        parts.append(table.note + "\n")
+        parts.append(plain(table.note) + "\n")
     return "\n".join(parts)
 
 
@@ -136,8 +148,8 @@ _LATEX_ESCAPES = {
 
 
 def latex_escape(text: str) -> str:
-    """Escape LaTeX specials so any label or cell compiles as plain text."""
-    return "".join(_LATEX_ESCAPES.get(ch, ch) for ch in text)
+    """Escape LaTeX specials so any label or cell compiles as plain text (on one line)."""
+    return "".join(_LATEX_ESCAPES.get(ch, ch) for ch in _BREAKS.sub(" ", text))
 
 
 def to_latex(table: Table) -> str:
