@@ -309,3 +309,20 @@ def test_a_fifo_in_place_of_meta_json_or_a_log_never_blocks(runs, tmp_path, capl
     os.mkfifo(archive)
     problem = verify(archive.parent, json.loads((archive.parent / "meta.json").read_text()))
     assert problem == f"{archive}: unreadable (not a regular file)"
+
+
+@pytest.mark.parametrize("spoil", ["nested", "fifo"])
+def test_the_runner_moves_a_stream_with_an_unreadable_meta_json_aside_without_waiting(tmp_path, spoil):
+    from runners.runlog import StreamLog
+
+    log = StreamLog(tmp_path / "s", {"seed": 0})
+    log.open([])
+    log.finish([{"t": 0}], [], {"seed": 0})
+    meta = log.dir / "meta.json"
+    meta.unlink()
+    if spoil == "fifo":
+        os.mkfifo(meta)
+    else:
+        meta.write_text("[" * 100_000 + "]" * 100_000)
+    assert not log.is_complete()
+    assert not log.dir.exists() and [p.name.split("-")[0] for p in tmp_path.iterdir()] == ["s.corrupt"]
