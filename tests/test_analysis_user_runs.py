@@ -73,18 +73,20 @@ def test_a_run_of_the_paper_configuration_departs_in_nothing(tmp_path):
     assert sorted(departures["departs"]) == ["", "llm.lapse=0.1, max_episodes=5"]
 
 
-def test_a_long_figure_title_stays_inside_the_figure():
+def test_a_long_figure_title_stays_inside_the_figure_and_clear_of_its_legend():
     from matplotlib.figure import Figure
 
     from analysis.report.figures import render, set_title
 
     figure = Figure(figsize=(7, 4.2), layout="constrained")
-    figure.add_subplot().bar([0], [1], label="x")
-    figure.legend(loc="outside right upper")
-    set_title(figure, "paper_preference (env.n_keys=3; llm.lapse=0.1): memory pollution index (> 0: worse)")
+    ax = figure.add_subplot()
+    ax.bar([0], [1], label="Append-Only")
+    legend = figure.legend(loc="outside right upper")
+    set_title(ax, "paper_preference (env.n_keys=3; llm.lapse=0.1): memory pollution index (> 0: worse)")
     render(figure)
-    box = figure._suptitle.get_window_extent()
-    assert box.x0 >= 0 and box.x1 <= figure.bbox.x1 and box.y1 <= figure.bbox.y1
+    figure.draw_without_rendering()
+    box = ax.title.get_window_extent()
+    assert box.x0 >= 0 and box.x1 <= legend.get_window_extent().x0 and box.y1 <= figure.bbox.y1
 
 
 def test_an_mpi_figure_without_any_defined_mpi_is_not_drawn():

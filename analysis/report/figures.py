@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -51,8 +52,6 @@ TIMELINE_SEED = 0
 LIFECYCLE_EVENTS = ("created", "promoted", "revoked", "repromoted")
 
 PNG_METADATA = {"Software": None}
-#: Characters of a figure title per inch of figure width (12-point text is about 10 per inch).
-_TITLE_CHARS_PER_INCH = 9
 DPI = 110
 _COLORS = dict(
     zip(
@@ -111,11 +110,19 @@ def method_colors(methods: Iterable[str]) -> dict[str, str]:
     return _COLORS | {m: _EXTRA_COLORS[i % len(_EXTRA_COLORS)] for i, m in enumerate(extra)}
 
 
-def set_title(figure: Figure, title: str) -> None:
-    """The figure's title over its whole width, wrapped to fit it: over the axes alone a long title
-    (an experiment's name and its variant) ran past the figure's left edge and was clipped."""
-    per_line = int(figure.get_figwidth() * _TITLE_CHARS_PER_INCH)
-    figure.suptitle(textwrap.fill(title, per_line))
+def set_title(ax: Axes, title: str, **options: float) -> None:
+    """The axes' title, wrapped to the axes' width once the layout has placed them (call it last): a
+    long title (an experiment's name and its variant) ran past the figure's left edge and was clipped."""
+    text = ax.set_title(title, **options)
+    figure = ax.get_figure()
+    per_line = len(title)
+    for _ in range(8):  # each pass lays the figure out again (the axes move as the title grows)
+        figure.draw_without_rendering()
+        wide, room = text.get_window_extent().width, ax.get_window_extent().width
+        if wide <= room or per_line <= 10:
+            return
+        per_line = max(10, min(per_line - 1, int(per_line * room / wide * 0.95)))
+        text.set_text(textwrap.fill(title, per_line))
 
 
 def render(figure: Figure) -> bytes:
@@ -196,8 +203,8 @@ def success_over_time(
     ax.set_ylabel(f"success, rolling mean of {window}")
     name = experiment_title(experiment, {experiment: list(variants)})
     title = f"{name} / {env_label(env)}: success over time (mean over {n_seeds} seeds)"
-    ax.set_title(title, pad=22)
     figure.legend(loc="outside right upper", frameon=False, fontsize=9)
+    set_title(ax, title, pad=22)
     return Drawing(f"success_over_time_{experiment}_{env}.png", title, render(figure), experiment)
 
 
@@ -249,8 +256,8 @@ def mpi_bars(
     ax.set_xlabel("phase" if len(pairs) == 1 else "source / phase")
     name = experiment_title(experiment, {experiment: list(variants)})
     title = f"{name}: memory pollution index (> 0: worse than No Memory)"
-    set_title(figure, title)
     figure.legend(loc="outside right upper", frameon=False, fontsize=9)
+    set_title(ax, title)  # once the legend has taken its room
     return Drawing(f"mpi_{experiment}.png", title, render(figure), experiment)
 
 
@@ -285,7 +292,7 @@ def sweep_heatmap(points: pd.DataFrame, names: list[str], experiment: str, env: 
     figure.colorbar(image, ax=ax, label="overall success (mean over seeds)")
     rest = f", averaged over {', '.join(names[2:])}" if len(names) > 2 else ""
     title = f"{experiment}: sweep of {', '.join(names[:2])}, {method_label(method)} on {env_label(env)}{rest}"
-    ax.set_title(title)
+    set_title(ax, title)
     return Drawing(f"sweep_{experiment}_{env}_{method}.png", title, render(figure), experiment)
 
 
