@@ -44,8 +44,8 @@ from analysis.metrics import (
 )
 from analysis.report.timeline import busiest_key, draw_timeline, legend_handles, read_lifecycle, read_phases
 
-#: Lifecycle timelines, one seed of every setting where a memory logged lifecycle events: revocation
-#: against the ablation without it where both ran, else every method that logged events.
+#: Lifecycle timelines, one seed of one setting of every experiment where a memory logged lifecycle
+#: events: revocation against the ablation without it where both ran, else every method that logged events.
 TIMELINE_METHODS = (TEPA_REV, "tepa_norev")
 TIMELINE_SEED = 0
 #: The archive events a timeline draws (`analysis.report.timeline`): a memory logging any has a lifecycle.
@@ -297,7 +297,7 @@ def sweep_heatmap(points: pd.DataFrame, names: list[str], experiment: str, env: 
 
 
 def lifecycle_timeline(
-    run_dirs: dict[str, Path], experiment: str, env: str, name: str, variants: Sequence[str] = ()
+    run_dirs: dict[str, Path], experiment: str, env: str, variants: Sequence[str] = ()
 ) -> Drawing | None:
     """One key's precedents over time in each method's stream (`run_dirs`: method -> stream
     directory), one panel per method; the key is the busiest (`busiest_key`) of the first method that
@@ -318,7 +318,7 @@ def lifecycle_timeline(
     title = f"{named} / {env_label(env)}: precedents of key {key} over time (seed {seed}), by state"
     figure.suptitle(title, fontsize=10)
     figure.legend(handles=legend_handles(), loc="outside right upper", frameon=False, fontsize=9)
-    return Drawing(name, title, render(figure), experiment)
+    return Drawing(f"lifecycle_{experiment}.png", title, render(figure), experiment)
 
 
 def _timeline_runs(
@@ -358,22 +358,18 @@ def success_jobs(episodes: pd.DataFrame, runs: pd.DataFrame, window: int) -> lis
 
 
 def timeline_jobs(runs: pd.DataFrame, events: pd.DataFrame, root: str | Path) -> list[Job]:
-    """The lifecycle timelines of every setting outside the sweeps where a memory logged lifecycle
-    events (`analysis.data.load.RunLogs`' runs and events), read from the streams' logs under the
-    run-log `root`. One file per experiment, named by the env too when the experiment has several."""
+    """A lifecycle timeline of every experiment outside the sweeps where a memory logged lifecycle
+    events, in its first such setting (env order), read from the streams' logs under the run-log `root`
+    (`analysis.data.load.RunLogs`' runs and events)."""
     regular = runs[~in_sweep(runs)]
     variants = experiment_variants(regular)
-    found = _timeline_runs(regular, events, Path(root))
-    envs = {e: [v for x, v in found if x == e] for e, _ in found}
     jobs: list[Job] = []
-    for (experiment, env), run_dirs in found.items():
-        name = (
-            f"lifecycle_{experiment}.png"
-            if len(envs[experiment]) == 1
-            else f"lifecycle_{experiment}_{env}.png"
-        )
-        named = variants.get(experiment, [])
-        jobs.append(partial(lifecycle_timeline, run_dirs, experiment, env, name, named))
+    drawn: set[str] = set()
+    for (experiment, env), run_dirs in _timeline_runs(regular, events, Path(root)).items():
+        if experiment not in drawn:
+            drawn.add(experiment)
+            named = variants.get(experiment, [])
+            jobs.append(partial(lifecycle_timeline, run_dirs, experiment, env, named))
     return jobs
 
 
