@@ -4,6 +4,7 @@ configuration that is not the paper experiment's, and an `--out` that already ho
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from analysis.__main__ import main
 from tests.test_analysis_outputs import PHASES, reseal, write_run
@@ -222,3 +223,28 @@ def test_the_default_out_is_not_the_committed_results():
     from analysis.__main__ import parse_args
 
     assert parse_args([]).out.as_posix() == "results/report"
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("{not json", "unreadable (JSONDecodeError)"),
+        (
+            '{"version": 1, "experiments": {"paper_controlled": {"runs": []}}}',
+            "the entry of paper_controlled is malformed",
+        ),
+        ('{"version": 0, "experiments": {}}', "not a manifest of this analysis (version 1)"),
+    ],
+)
+def test_a_damaged_manifest_is_one_line_naming_it_and_replace(tmp_path, caplog, content, problem):
+    import logging
+
+    write_run(tmp_path / "runs", "own", "controlled_drift", "lww", 0)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.json").write_text(content)
+    with caplog.at_level(logging.ERROR, logger="analysis"):
+        assert main(["--runs", str(tmp_path / "runs"), "--out", str(out), "--quiet"]) == 2
+    (error,) = [r.getMessage() for r in caplog.records]
+    assert error == f"analysis: {out / 'manifest.json'}: {problem}; --replace rewrites it"
+    assert main(["--runs", str(tmp_path / "runs"), "--out", str(out), "--quiet", "--replace"]) == 0

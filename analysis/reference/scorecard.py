@@ -184,7 +184,8 @@ def _p_rows(analysis: Analysis, number: paper.PaperNumber) -> dict | None:
     if row is None:
         return record | {"verdict": NOT_RUN, "reason": "no runs for this cell", "evidence": ""}
     p_exact, p_boot, n = float(row["p"]), float(row["p_boot"]), int(row["n"])
-    record |= {"ours": max(p_exact, p_boot), "p_sign_flip": p_exact, "p_bootstrap": p_boot, "n": n}
+    defined = [p for p in (p_exact, p_boot) if not math.isnan(p)]
+    record |= {"ours": max(defined, default=math.nan), "p_sign_flip": p_exact, "p_bootstrap": p_boot, "n": n}
     departure = _departure(analysis, number, n)
     if departure:
         return record | {"verdict": VARIANT, "reason": departure, "evidence": ""}

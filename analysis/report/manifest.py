@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.data.integrity import read_file
 from analysis.metrics import Analysis
 from analysis.report.figures import FigureFile
 from analysis.report.tables import Table
@@ -46,18 +47,47 @@ def read_manifest(out: Path) -> dict | None:
     """The folder's manifest; None when it has none. A ValueError names a manifest it cannot read."""
     path = out / MANIFEST
     try:
-        manifest = json.loads(path.read_bytes())
+        manifest = json.loads(read_file(path))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: unreadable ({exc}); --replace rewrites it") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise ValueError(f"{path}: unreadable ({reason}); --replace rewrites it") from None
     if not (isinstance(manifest, dict) and manifest.get("version") == VERSION):
         raise ValueError(
             f"{path}: not a manifest of this analysis (version {VERSION}); --replace rewrites it"
         )
-    if not isinstance(manifest.get("experiments"), dict):
+    experiments = manifest.get("experiments")
+    if not isinstance(experiments, dict):
         raise ValueError(f"{path}: records no experiments; --replace rewrites it")
+    for name, entry in experiments.items():
+        if not _well_formed(entry):
+            raise ValueError(f"{path}: the entry of {name} is malformed; --replace rewrites it")
     return manifest
+
+
+def _is_frame(stored: object) -> bool:
+    return (
+        isinstance(stored, dict)
+        and isinstance(stored.get("columns"), list)
+        and isinstance(stored.get("rows"), list)
+    )
+
+
+def _well_formed(entry: object) -> bool:
+    """Whether a manifest entry has every part `merge` and the report read, of the right kinds."""
+    if not isinstance(entry, dict):
+        return False
+    kinds = {"runs": list, "frames": dict, "phases": dict, "inventory": list, "figures": list}
+    kinds |= {"extra_tables": list, "sweep_params": list, "variants": list}
+    if not all(isinstance(entry.get(key), kind) for key, kind in kinds.items()):
+        return False
+    frames = [entry["frames"].get(name) for name in FRAMES]
+    frames += [t.get("data") if isinstance(t, dict) else None for t in entry["extra_tables"]]
+    tables = all(isinstance(t, dict) and set(t) == set(TABLE_FIELDS) for t in entry["extra_tables"])
+    figures = all(isinstance(f, dict) and isinstance(f.get("name"), str) for f in entry["figures"])
+    shaped = all(_is_frame(f) for f in frames)
+    return tables and figures and shaped
 
 
 def keep(out: Path, runs: pd.DataFrame, options: dict, *, replace: bool) -> Kept:
@@ -191,6 +221,10 @@ def _frame(frame: pd.DataFrame) -> dict:
 
 def _unframe(stored: dict) -> pd.DataFrame:
     return pd.DataFrame(stored["rows"], columns=stored["columns"])
+
+
+#: What a stored table records (the fields of `Table`).
+TABLE_FIELDS = ("name", "title", "columns", "rows", "data", "labels", "note", "sources", "experiment")
 
 
 def _table(table: Table) -> dict:
