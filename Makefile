@@ -39,9 +39,11 @@ ablation: $(STAMP) ## ablate TEPA-Rev's rule switches, then tables and figures
 	$(RUN) experiment=ablation_lifecycle
 	$(MAKE) figures
 
-# Tables, figures and results/README.md from the logs already in results/runs (no experiment is rerun).
+# Tables, figures and results/README.md from the logs already in results/runs (no experiment is rerun);
+# the results of experiments without runs there are kept (python -m analysis --replace drops them).
 figures: $(STAMP) ## tables, figures and results/README.md from results/runs
-	$(BIN)/python -m analysis --runs results/runs --out results
+	@if [ -d results/runs ]; then $(BIN)/python -m analysis --runs results/runs --out results; \
+	else echo "no results/runs yet (make reproduce writes them): results/ is left as it is"; fi
 
 # Benchmarks (memory-operation throughput, prompt footprint, end to end, scaling, make reproduce's wall
 # time) into results/bench.json and results/bench.md, then results/README.md picks up the table.

@@ -107,7 +107,7 @@ def test_the_report_shows_lifecycle_timelines_of_tepa_rev_and_tepa_norev(tmp_pat
         run_overrides(*overrides, "seeds=[0,1]")
     assert analyse(["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--quiet"]) == 0
     readme = (tmp_path / "out" / "README.md").read_text()
-    assert "![paper_controlled / controlled_drift: precedents of key" in readme
+    assert "![paper_controlled (env.phase_length=30) / controlled_drift: precedents of key" in readme
     assert "(figures/lifecycle_paper_controlled.png)" in readme
     assert (
         (tmp_path / "out" / "figures" / "lifecycle_paper_controlled.png").read_bytes().startswith(b"\x89PNG")

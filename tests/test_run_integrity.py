@@ -411,12 +411,13 @@ def test_the_analysis_tabulates_and_draws_a_sweep_over_any_key(tmp_path):
     run(tmp_path, TINY, "memory=lww", "seeds=[0,1]")
     out = tmp_path / "out"
     assert analysis_main(["--runs", str(tmp_path / "runs"), "--out", str(out), "--quiet"]) == 0
-    sweep = pd.read_csv(out / "tables" / "sweep_thresholds.csv")
+    sweep = pd.read_csv(out / "tables" / "sweep_adhoc.csv")
+    sweep = sweep[sweep["phase"] == "overall"]
     assert sorted(zip(sweep["memory"], sweep["lapse"], sweep["n"], strict=True)) == [
         ("tepa_rev", 0.0, 2),
         ("tepa_rev", 0.5, 2),
     ]
-    assert (out / "figures" / "sweep_controlled_drift_tepa_rev.png").is_file()
+    assert (out / "figures" / "sweep_adhoc_controlled_drift_tepa_rev.png").is_file()
     success = pd.read_csv(next((out / "tables").glob("success_adhoc*.csv")))
     assert set(success["memory"]) == {"lww"}  # grid points are not averaged as if they were seeds
 

@@ -10,9 +10,12 @@ logs only), so both sides can use it.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import re
+import stat
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,9 @@ META = "meta.json"
 EPISODES = "episodes.parquet"
 ARCHIVE = "archive.jsonl"
 CHECKED = (EPISODES, ARCHIVE)
+#: Deepest nesting of lists and objects a meta.json may have: the runner writes a handful of levels; a
+#: deeper one is damage, and a very deep one would exhaust the recursion of whatever walks it.
+MAX_DEPTH = 64
 #: The suffix of a directory (or file) moved aside: "<name>.<reason>-<UTC time>", e.g. seed=0.corrupt-...
 ASIDE = re.compile(r"\.[a-z-]+-\d{8}T\d{6}Z(-\d+)?$")
 
@@ -34,13 +40,58 @@ def file_record(data: bytes, rows: int) -> dict[str, Any]:
     return {"sha256": sha256(data), "bytes": len(data), "rows": rows}
 
 
-def read_meta(directory: Path) -> dict[str, Any] | None:
-    """meta.json as a dict; None when missing or unreadable."""
+def read_file(path: Path) -> bytes:
+    """The bytes of a regular file. Anything else is an OSError at once, never a wait: a FIFO in place
+    of a log would block a plain read until some writer opened it (and a signal would not end it)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     try:
-        meta = json.loads((directory / META).read_bytes())
-    except (OSError, ValueError):
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def load_meta(directory: Path) -> dict[str, Any]:
+    """meta.json as a dict; a ValueError (one line naming the file) when it is missing, not a regular
+    file, not JSON, not an object, or nested deeper than MAX_DEPTH."""
+    path = directory / META
+    try:
+        meta = json.loads(read_file(path))
+    except OSError as exc:
+        raise ValueError(f"{path}: unreadable ({exc.strerror or exc})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:
+        raise ValueError(f"{path}: not JSON ({str(exc).splitlines()[0]})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    if _depth(meta) > MAX_DEPTH:
+        raise ValueError(f"{path}: nested deeper than {MAX_DEPTH} levels")
+    return meta
+
+
+def read_meta(directory: Path) -> dict[str, Any] | None:
+    """meta.json as a dict; None when missing or unreadable (see `load_meta`)."""
+    try:
+        return load_meta(directory)
+    except ValueError:
         return None
-    return meta if isinstance(meta, dict) else None
+
+
+def _depth(value: Any) -> int:
+    """How deeply `value` nests lists and dicts, counted without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if depth <= MAX_DEPTH:
+                stack += [(child, depth + 1) for child in (item.values() if isinstance(item, dict) else item)]
+    return deepest
 
 
 def verify(directory: Path, meta: dict[str, Any]) -> str | None:
@@ -52,7 +103,7 @@ def verify(directory: Path, meta: dict[str, Any]) -> str | None:
     for name in CHECKED:
         path, want = directory / name, files[name]
         try:
-            data = path.read_bytes()
+            data = read_file(path)
         except FileNotFoundError:
             return f"{path}: missing"
         except OSError as exc:

@@ -16,6 +16,7 @@ moves a damaged stream aside and redoes it.
 from __future__ import annotations
 
 import logging
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,8 @@ _EVENT_PARSING = pj.ParseOptions(explicit_schema=EVENT_SCHEMA, unexpected_field_
 ANALYSIS_COLUMNS = (*REQUIRED_COLUMNS, "prompt_tokens", *COUNTERS, *STATE_COUNTS)
 #: Threads reading run files concurrently.
 _READERS = 4
+#: What a label (experiment, env, memory) may be: one plain directory name, as the runner's config allows.
+PLAIN_LABEL = re.compile(r"[A-Za-z0-9_.=+-]+")
 #: The threshold-sweep experiment: its runs share labels and differ only in their resolved config.
 SWEEP_EXPERIMENT = "sweep_thresholds"
 
@@ -84,19 +87,26 @@ def read_meta(run_dir: Path) -> dict:
     return integrity.read_meta(run_dir) or {}
 
 
-def is_complete(run_dir: Path) -> bool:
-    """A run is complete when its meta.json says so and its episode log exists."""
-    return read_meta(run_dir).get("complete") is True and (run_dir / "episodes.parquet").is_file()
-
-
 def find_runs(root: str | Path) -> list[Path]:
-    """Complete run directories under `root`, in sorted (deterministic) order."""
+    """Complete run directories under `root`, in sorted (deterministic) order.
+
+    Complete: its meta.json (which the runner writes last, atomically) says so; a stream without one
+    is still being written. A meta.json that cannot be read (not a regular file, not a JSON object,
+    nested absurdly deep) is damage, a ValueError naming it, as is a complete stream whose logs are
+    missing (`_read_run`)."""
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"root: {root} is not a directory")
     metas = root.rglob(integrity.META)
     candidates = sorted(p.parent for p in metas if not integrity.is_aside(p.parent.relative_to(root)))
-    complete = [p for p in candidates if is_complete(p)]
+    complete = []
+    for run_dir in candidates:
+        try:
+            meta = integrity.load_meta(run_dir)
+        except ValueError as error:
+            raise ValueError(f"{error}; rerun its experiment to redo it") from None
+        if meta.get("complete") is True:
+            complete.append(run_dir)
     if len(complete) < len(candidates):
         log.info("skipping %d incomplete run(s) under %s", len(candidates) - len(complete), root)
     return complete
@@ -139,12 +149,19 @@ def count_events(run_dir: Path) -> dict[str, int]:
 
 
 def _labels(table: pa.Table, run: str) -> dict[str, object]:
+    """A run's labels, one value per column. Labels name output files and stand in tables as they are,
+    so each must be a plain name as the runner writes them (PLAIN_LABEL), never a path or markup."""
     labels = {}
     for name in LABELS:
         values = pc.unique(table[name]).to_pylist()
         if len(values) != 1:
             raise ValueError(f"run {run}: column {name} has {len(values)} distinct values, expected one")
         labels[name] = int(values[0]) if name == "seed" else str(values[0])
+        if name != "seed" and not (PLAIN_LABEL.fullmatch(labels[name]) and labels[name].strip(".")):
+            raise ValueError(
+                f"run {run}: column {name} holds {labels[name]!r}, not a plain name "
+                "(letters, digits, _ . = + -)"
+            )
     return labels
 
 
@@ -152,6 +169,14 @@ def variants(runs: pd.DataFrame) -> pd.Series:
     """Each run's configuration variant: "" for its experiment's own configuration, else the keys that
     differ from it (meta.json's `variant`, which the runner also uses as a directory level)."""
     return runs["config"].map(lambda config: str(config.get("variant") or ""))
+
+
+def experiment_variants(runs: pd.DataFrame) -> dict[str, list[str]]:
+    """Experiment -> the configuration variants among its runs (sorted, "" left out): what its tables'
+    and figures' titles name."""
+    named = runs.assign(variant=variants(runs))
+    named = named[named["variant"] != ""]
+    return {str(e): sorted(set(group["variant"])) for e, group in named.groupby("experiment", sort=True)}
 
 
 def in_sweep(runs: pd.DataFrame) -> pd.Series:
@@ -165,7 +190,8 @@ def in_sweep(runs: pd.DataFrame) -> pd.Series:
 def _check_unique(runs: pd.DataFrame) -> None:
     """Two runs with the same labels and configuration would be averaged as if they were two seeds:
     refuse."""
-    regular = runs[runs["experiment"] != SWEEP_EXPERIMENT].assign(variant=variants(runs))
+    labelled = runs.assign(variant=variants(runs))  # before filtering: a Series assigned to an empty
+    regular = labelled[labelled["experiment"] != SWEEP_EXPERIMENT]  # frame would add NaN rows
     dup = regular[regular.duplicated([*LABELS, "variant"], keep=False)]
     if not dup.empty:
         raise ValueError(
@@ -176,10 +202,9 @@ def _check_unique(runs: pd.DataFrame) -> None:
 def _read_run(root: Path, run_dir: Path) -> tuple[str, pa.Table, dict[str, int], dict]:
     """A run's files, verified (see the module docstring); a ValueError names what cannot be trusted."""
     meta = read_meta(run_dir)
-    if "files" in meta:  # runs written before checksums were recorded are read unverified
-        problem = integrity.verify(run_dir, meta)
-        if problem is not None:
-            raise ValueError(f"{problem}; rerun its experiment to redo it")
+    problem = integrity.verify(run_dir, meta)  # a run that records no checksums is not trusted either
+    if problem is not None:
+        raise ValueError(f"{problem}; rerun its experiment to redo it")
     try:
         return run_dir.relative_to(root).as_posix(), read_episodes(run_dir), count_events(run_dir), meta
     except (OSError, pa.ArrowException) as exc:  # a file Arrow cannot read (ArrowInvalid is both)
