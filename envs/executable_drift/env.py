@@ -45,7 +45,7 @@ import os
 import random
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from numbers import Real
 from pathlib import Path
@@ -211,6 +211,13 @@ class ExecutableDrift(EnvironmentBase):
             return self._run_trial(self._trial, job, argv, kind)
         finally:
             self._trial.sweep(self._layout, SANDBOX_BUDGET)
+
+    def truth(self, key: Hashable) -> str | None:
+        """The invocation that does job `key` under the tools' versions at the latest task (what that
+        task's `correct` holds; None: not a job)."""
+        self._require_reset()
+        job = _lookup(self._jobs, key)
+        return None if job is None else job.tool.invocation(job.subject, self._regime_at(self._now)[job.tool.name])
 
     def _run_trial(self, sandbox: Sandbox, job: Job, argv: list[str], kind: str) -> bool:
         regime = self._regime_at(self._now)
