@@ -287,6 +287,7 @@ async def _run_one(
             on_episode=slog.append,
             progress=bar,
             max_episodes=spec.max_episodes,
+            log_prompts=spec.log_prompts,
         )
     finally:
         slog.close()
