@@ -20,6 +20,7 @@ from analysis.data.validate import check_options, check_reference
 from analysis.metrics import DEFAULT_TOLERANCE, DEFAULT_WINDOW, INTERVALS, analyse
 from analysis.report.ablation import ablation_table
 from analysis.report.figures import Drawing, Job, metric_jobs, success_jobs, timeline_jobs, write_figures
+from analysis.report.memory_report import memory_jobs, memory_tables, section
 from analysis.report.readme import SIMULATED_BACKEND_NOTE, write_report
 from analysis.report.tables import build_tables, write_tables
 
@@ -126,6 +127,7 @@ def report(args: argparse.Namespace, drawing: Executor) -> int:
     events = logs.events["count"].sum()
     log.info("loaded %d runs, %d episodes, %d archive events", len(logs.runs), len(logs.episodes), events)
     from_logs = submit(drawing, success_jobs(logs.episodes, logs.runs, args.window))
+    from_memory = submit(drawing, memory_jobs(logs.episodes, logs.runs, args.window))
     timelines = submit(drawing, timeline_jobs(logs.runs, args.runs))
     analysis = analyse(
         logs,
@@ -144,15 +146,17 @@ def report(args: argparse.Namespace, drawing: Executor) -> int:
         return 2
     if ablation is not None:
         tables.insert(-1, ablation)  # before the closing table of sources
+    tables[-1:-1] = memory_tables(analysis)
     write_tables(tables, args.out / "tables")
     log.info("wrote %d tables to %s", len(tables), args.out / "tables")
-    drawings = collect(from_logs + from_metrics + timelines)  # in the report's order
+    drawings = collect(from_logs + from_memory + from_metrics + timelines)  # in the report's order
     figures = write_figures(drawings, args.out / "figures")
     log.info("wrote %d figures to %s", len(figures), args.out / "figures")
     note = (
         args.backend_note.read_text(encoding="utf-8").strip() if args.backend_note else SIMULATED_BACKEND_NOTE
     )
-    readme = write_report(tables, figures, logs.runs, args.out, backend_note=note)
+    memory = section(analysis, logs.runs)
+    readme = write_report(tables, figures, logs.runs, args.out, backend_note=note, sections=[memory])
     log.info("wrote %s in %.1f s", readme, time.perf_counter() - started)
     return 0
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -570,6 +570,8 @@ class Analysis:
     tolerance: float
     reference: str | None
     intervals: str = "seeds"
+    #: Memory quality per method and phase, from the logged samples (`analysis.memory_quality.summarize`).
+    memory: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def analyse(
@@ -581,6 +583,7 @@ def analyse(
     intervals: str = "seeds",
 ) -> Analysis:
     """Compute every metric of the analysis from loaded run logs (see the functions above)."""
+    from analysis import memory_quality  # here: it imports this module
     sweep_runs = logs.runs[in_sweep(logs.runs)]
     episodes, sweep_episodes, events = logs.episodes, logs.episodes.iloc[:0], logs.events
     if len(sweep_runs):  # a boolean filter copies every column: skip it when there is nothing to drop
@@ -609,4 +612,5 @@ def analyse(
         tolerance=tolerance,
         reference=reference,
         intervals=intervals,
+        memory=memory_quality.summarize(episodes, phases, OVERALL),
     )

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -119,14 +120,9 @@ def _phase_starts(rows: pd.DataFrame, phases: list[str]) -> list[tuple[str, int]
     return [(p, int(first[p])) for p in phases if p in first.index]
 
 
-def success_over_time(
-    rows: pd.DataFrame, phases: list[str], experiment: str, env: str, window: int
-) -> Drawing:
-    """Rolling success of each method (per seed, then averaged over seeds) with phases shaded; `rows`:
-    the episodes of that experiment and env."""
-    colors = method_colors(rows["memory"])
-    figure = Figure(figsize=(10, 4.2), layout="constrained")
-    ax = figure.add_subplot()
+def shade_phases(ax: Any, rows: pd.DataFrame, phases: list[str]) -> int:
+    """Shade every other phase of `rows` (episodes with `t` and `phase`), mark the boundaries and name
+    the phases above the axes; returns the end of the stream (last t + 1)."""
     starts = _phase_starts(rows, phases)
     end = int(rows["t"].max()) + 1
     for i, (phase, start) in enumerate(starts):
@@ -143,6 +139,18 @@ def success_over_time(
             va="bottom",
             fontsize=9,
         )
+    return end
+
+
+def success_over_time(
+    rows: pd.DataFrame, phases: list[str], experiment: str, env: str, window: int
+) -> Drawing:
+    """Rolling success of each method (per seed, then averaged over seeds) with phases shaded; `rows`:
+    the episodes of that experiment and env."""
+    colors = method_colors(rows["memory"])
+    figure = Figure(figsize=(10, 4.2), layout="constrained")
+    ax = figure.add_subplot()
+    end = shade_phases(ax, rows, phases)
     n_seeds = 0
     for method in sorted_methods(rows["memory"]):
         grid = rows[rows["memory"] == method].pivot(index="t", columns="seed", values="success").astype(float)
