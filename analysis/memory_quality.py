@@ -63,14 +63,17 @@ def _fast_counts(evidence: str, value: str) -> tuple[int, int, int, int] | None:
 
     Certain, because without a backslash no string holds a quote, so every string is a verdict or a
     value: `,"VALID","` marks exactly the VALID verdicts (a value "VALID" is followed by a count, not a
-    quote), the quote count checks that every line was counted, and the count of "]" (one per line, one
-    per hop, one around them, more if a value holds one) that there is one hop. This keeps reading
+    quote), the quote count checks that every line was counted, the comma count that each has five
+    fields, and the count of "]" (one per line, one per hop, one around them, more if a value holds one)
+    that there is one hop. This keeps reading
     Append-Only's long prompts cheap: a few passes of `str.count` instead of a JSON parse."""
     if "\\" in evidence or not (evidence.startswith("[[[") or evidence == "[[]]"):
         return None
     valid, failed = evidence.count(',"VALID","'), evidence.count(',"FAILED","')
     lines = valid + failed
     if evidence.count('"') != 4 * lines or evidence.count("]") != lines + 2:
+        return None
+    if lines and evidence.count(",") != 5 * lines - 1:  # four within each line, one between lines
         return None
     return (
         valid,
