@@ -90,7 +90,9 @@ def _parsed_counts(hop: object, value: str) -> tuple[int, int, int, int]:
     valid = valid_true = failed = failed_true = 0
     for line in hop:
         if not isinstance(line, list) or len(line) != 5 or line[1] not in ("VALID", "FAILED"):
-            raise ValueError(f"evidence: a line must be [t, VALID|FAILED, value, support, conflict], got {line!r:.80}")
+            raise ValueError(
+                f"evidence: a line must be [t, VALID|FAILED, value, support, conflict], got {line!r:.80}"
+            )
         if line[1] == "VALID":
             valid += 1
             valid_true += line[2] == value
@@ -199,9 +201,13 @@ def summarize(episodes: pd.DataFrame, phases: dict[tuple[str, str], list[str]], 
         return pd.DataFrame(columns=columns)
     runs = per_run(episodes, overall)
     cells, samples = [], []
-    grouped = {k: g for k, g in runs.sort_values("seed", kind="stable").groupby([*LABELS, "phase"], sort=False)}
+    grouped = {
+        k: g for k, g in runs.sort_values("seed", kind="stable").groupby([*LABELS, "phase"], sort=False)
+    }
     for setting in settings(runs):
-        methods = sorted_methods(runs.loc[(runs["experiment"] == setting[0]) & (runs["env"] == setting[1]), "memory"])
+        methods = sorted_methods(
+            runs.loc[(runs["experiment"] == setting[0]) & (runs["env"] == setting[1]), "memory"]
+        )
         for method in methods:
             for phase in [*phases.get(setting, []), overall]:
                 group = grouped.get((*setting, method, phase))
@@ -210,10 +216,21 @@ def summarize(episodes: pd.DataFrame, phases: dict[tuple[str, str], list[str]], 
                 for metric in METRICS:
                     values = group[metric].dropna().to_numpy(dtype=float)
                     if len(values):
-                        cells.append({"experiment": setting[0], "env": setting[1], "memory": method, "phase": phase, "metric": metric})
+                        cells.append(
+                            {
+                                "experiment": setting[0],
+                                "env": setting[1],
+                                "memory": method,
+                                "phase": phase,
+                                "metric": metric,
+                            }
+                        )
                         samples.append(values)
     estimates = mean_cis(samples) if samples else []
-    records = [c | {"mean": e.mean, "low": e.low, "high": e.high, "n": e.n} for c, e in zip(cells, estimates, strict=True)]
+    records = [
+        c | {"mean": e.mean, "low": e.low, "high": e.high, "n": e.n}
+        for c, e in zip(cells, estimates, strict=True)
+    ]
     return pd.DataFrame.from_records(records, columns=columns)
 
 

@@ -584,6 +584,7 @@ def analyse(
 ) -> Analysis:
     """Compute every metric of the analysis from loaded run logs (see the functions above)."""
     from analysis import memory_quality  # here: it imports this module
+
     sweep_runs = logs.runs[in_sweep(logs.runs)]
     episodes, sweep_episodes, events = logs.episodes, logs.episodes.iloc[:0], logs.events
     if len(sweep_runs):  # a boolean filter copies every column: skip it when there is nothing to drop

@@ -4,9 +4,9 @@ An environment is a seeded stream of `Task`s, each labelled with its phase. The 
 renders a prompt, lets the backend choose, then calls `execute`, whose `Outcome` carries the
 observations to write back to memory. `trial` lets TEPA-Full validate a candidate precedent by real
 execution before it is promoted. An environment may also say what the world holds now for a key
-(`TruthEnvironment`, optional): the analysis then scores the retrieved evidence against it. A class of one's own can inherit `EnvironmentBase` for the members
-most environments leave at their defaults (`close`, `operational`, `provenance`), and check itself with
-`envs.check_env`.
+(`TruthEnvironment`, optional): the analysis then scores the retrieved evidence against it. A class
+of one's own can inherit `EnvironmentBase` for the members most environments leave at their defaults
+(`close`, `operational`, `provenance`), and check itself with `envs.check_env`.
 """
 
 from __future__ import annotations

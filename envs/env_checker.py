@@ -105,10 +105,15 @@ def _truth(env: TruthEnvironment, task: Task) -> str | None:
     """The truth of the task's key, checked to be a str or None, and None for a key of no stream."""
     value = env.truth(task.key)
     if value is not None and type(value) is not str:
-        _fail("truth", f"truth({task.key!r}) at t={task.t} returned {type(value).__name__}, not a str or None")
+        _fail(
+            "truth", f"truth({task.key!r}) at t={task.t} returned {type(value).__name__}, not a str or None"
+        )
     foreign = env.truth(FOREIGN_KEY)
     if foreign is not None:
-        _fail("truth", f"truth({FOREIGN_KEY!r}) at t={task.t} returned {foreign!r}; a key not of the stream has None")
+        _fail(
+            "truth",
+            f"truth({FOREIGN_KEY!r}) at t={task.t} returned {foreign!r}; a key not of the stream has None",
+        )
     return value
 
 

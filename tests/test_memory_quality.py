@@ -40,14 +40,22 @@ def line(t: int, holds: bool, value: str, support: int | None = None) -> Evidenc
 
 
 def quality(hops: list[list[Evidence]], truths: list[str | None]) -> dict[str, float]:
-    return dict(zip(mq.EPISODE_COLUMNS, mq.episode_quality(evidence_json(hops), json.dumps(truths)), strict=True))
+    return dict(
+        zip(mq.EPISODE_COLUMNS, mq.episode_quality(evidence_json(hops), json.dumps(truths)), strict=True)
+    )
 
 
 # ----------------------------------------------------------------------------------- the definitions
 
 
 def test_a_line_is_current_when_its_verdict_agrees_with_the_truth_and_stale_otherwise():
-    hop = [line(0, True, "a"), line(1, True, "b"), line(2, False, "a"), line(3, False, "b"), line(4, False, "c")]
+    hop = [
+        line(0, True, "a"),
+        line(1, True, "b"),
+        line(2, False, "a"),
+        line(3, False, "b"),
+        line(4, False, "c"),
+    ]
     got = quality([hop], ["b"])
     # VALID b and FAILED a, FAILED c agree with the truth b; VALID a and FAILED b do not
     assert (got["current"], got["stale"]) == (3, 2)
@@ -79,7 +87,13 @@ def test_hops_whose_truth_is_null_count_no_lines_and_an_episode_without_any_trut
 def test_a_multi_hop_episode_sums_its_hops_and_is_polluted_when_one_hop_is():
     hops = [[line(0, True, "x")], [line(1, True, "old"), line(2, True, "old"), line(3, True, "new")]]
     got = quality(hops, ["x", "new"])
-    assert (got["current"], got["stale"], got["truth_present"], got["stale_present"], got["polluted"]) == (2, 2, 1, 1, 1)
+    assert (got["current"], got["stale"], got["truth_present"], got["stale_present"], got["polluted"]) == (
+        2,
+        2,
+        1,
+        1,
+        1,
+    )
 
 
 def test_an_environment_that_reports_no_truth_leaves_every_column_empty():
@@ -88,8 +102,13 @@ def test_an_environment_that_reports_no_truth_leaves_every_column_empty():
 
 @pytest.mark.parametrize(
     ("evidence", "truth", "column"),
-    [("[[", '["a"]', "evidence"), ("[[[0,\"VALID\",\"a\"]]]", '["a"]', "evidence"), ("[[]]", "{]", "truth"),
-     ("[[],[]]", '["a"]', "evidence"), ("[[]]", "[1]", "truth")],
+    [
+        ("[[", '["a"]', "evidence"),
+        ('[[[0,"VALID","a"]]]', '["a"]', "evidence"),
+        ("[[]]", "{]", "truth"),
+        ("[[],[]]", '["a"]', "evidence"),
+        ("[[]]", "[1]", "truth"),
+    ],
 )
 def test_malformed_sample_text_is_a_value_error_naming_the_column(evidence, truth, column):
     with pytest.raises(ValueError, match=f"^{column}: "):
@@ -97,20 +116,31 @@ def test_malformed_sample_text_is_a_value_error_naming_the_column(evidence, trut
 
 
 values = st.one_of(
-    st.sampled_from(["a", "b", "VALID", "FAILED", 'q"uote', "back\\slash", "]],[", "[],", "x,", "é", "tab\t"]),
+    st.sampled_from(
+        ["a", "b", "VALID", "FAILED", 'q"uote', "back\\slash", "]],[", "[],", "x,", "é", "tab\t"]
+    ),
     st.text(max_size=6),
 )
 
 
 @settings(max_examples=300, deadline=None)
 @given(
-    st.lists(st.lists(st.tuples(st.booleans(), values, st.one_of(st.none(), st.integers(0, 9))), max_size=6), min_size=1, max_size=3),
+    st.lists(
+        st.lists(st.tuples(st.booleans(), values, st.one_of(st.none(), st.integers(0, 9))), max_size=6),
+        min_size=1,
+        max_size=3,
+    ),
     st.data(),
 )
 def test_the_substring_counts_agree_with_parsing_the_json_on_any_values(hops, data):
     """`episode_quality` counts substrings where the text allows it; it must give what parsing gives."""
-    evidence = [[line(i, holds, value, support) for i, (holds, value, support) in enumerate(hop)] for hop in hops]
-    truths = [data.draw(st.one_of(st.none(), values, st.sampled_from([e.value for e in hop] or ["a"]))) for hop in evidence]
+    evidence = [
+        [line(i, holds, value, support) for i, (holds, value, support) in enumerate(hop)] for hop in hops
+    ]
+    truths = [
+        data.draw(st.one_of(st.none(), values, st.sampled_from([e.value for e in hop] or ["a"])))
+        for hop in evidence
+    ]
     got = mq.episode_quality(evidence_json(evidence), json.dumps(truths, ensure_ascii=False))
     expected = _by_hand(evidence, truths)
     assert np.allclose(got, expected, equal_nan=True)
@@ -120,7 +150,9 @@ def _by_hand(hops: list[list[Evidence]], truths: list[str | None]) -> tuple[floa
     known = [(hop, v) for hop, v in zip(hops, truths, strict=True) if v is not None]
     if not known:
         return (0.0, 0.0, math.nan, math.nan, math.nan)
-    current = sum((e.holds and e.value == v) or (not e.holds and e.value != v) for hop, v in known for e in hop)
+    current = sum(
+        (e.holds and e.value == v) or (not e.holds and e.value != v) for hop, v in known for e in hop
+    )
     stale = sum(len(hop) for hop, _ in known) - current
     true = [sum(e.holds and e.value == v for e in hop) for hop, v in known]
     other = [sum(e.holds and e.value != v for e in hop) for hop, v in known]
@@ -150,7 +182,9 @@ class NoTruth(EnvironmentBase):
 
     def execute(self, task: Task, action: str) -> Outcome:
         ok = action == task.correct
-        return Outcome(ok, (Observation("k", action, ok, task.t, f"{action} {'worked' if ok else 'failed'}"),))
+        return Outcome(
+            ok, (Observation("k", action, ok, task.t, f"{action} {'worked' if ok else 'failed'}"),)
+        )
 
     @property
     def phase_boundaries(self) -> list[tuple[int, str]]:
@@ -191,12 +225,16 @@ class AlwaysA:
 
 def write_run(root: Path, records: list[dict], memory: str = "append_only", seed: int = 0) -> Path:
     """A complete stream directory as the runner writes it."""
-    log = StreamLog(root / "runs" / "toy" / "one_key" / memory / f"seed={seed}", {"seed": seed, "memory": memory})
+    log = StreamLog(
+        root / "runs" / "toy" / "one_key" / memory / f"seed={seed}", {"seed": seed, "memory": memory}
+    )
     log.finish(records, [], {"experiment": "toy", "env": "one_key", "memory": memory, "seed": seed})
     return log.dir
 
 
-def one_key_records(env: OneKey | None = None, memory: str = "append_only", seed: int = 0, reply: str = "Answer: A") -> list[dict]:
+def one_key_records(
+    env: OneKey | None = None, memory: str = "append_only", seed: int = 0, reply: str = "Answer: A"
+) -> list[dict]:
     labels = {"experiment": "toy", "env": "one_key", "memory": memory}
     result = asyncio.run(run_stream(env or OneKey(), AppendOnly(), AlwaysA(reply), seed=seed, labels=labels))
     return result.records
@@ -223,7 +261,10 @@ def test_append_only_stale_share_on_a_stream_with_a_known_answer(tmp_path):
 
 def test_the_metrics_never_read_the_reply_the_action_or_the_success(tmp_path):
     records = one_key_records()
-    scrambled = [r | {"reply": "Answer: B", "action": "b", "success": not r["success"], "parse_ok": False} for r in records]
+    scrambled = [
+        r | {"reply": "Answer: B", "action": "b", "success": not r["success"], "parse_ok": False}
+        for r in records
+    ]
     write_run(tmp_path / "one", records)
     write_run(tmp_path / "two", scrambled)
     columns = list(mq.EPISODE_COLUMNS)
@@ -235,7 +276,14 @@ def test_the_metrics_never_read_the_reply_the_action_or_the_success(tmp_path):
 def test_the_loop_logs_options_evidence_and_truth_per_hop_in_the_agreed_format():
     records = one_key_records()
     assert [json.loads(r["options"]) for r in records] == [["a", "b"]] * 6
-    assert json.loads(records[4]["evidence"]) == [[[0, "VALID", "a", None, None], [1, "VALID", "a", None, None], [2, "VALID", "a", None, None], [3, "FAILED", "a", None, None]]]
+    assert json.loads(records[4]["evidence"]) == [
+        [
+            [0, "VALID", "a", None, None],
+            [1, "VALID", "a", None, None],
+            [2, "VALID", "a", None, None],
+            [3, "FAILED", "a", None, None],
+        ]
+    ]
     assert [json.loads(r["truth"]) for r in records] == [["a"]] * 3 + [["b"]] * 3
     assert all(r["prompt"] == "" for r in records)
     assert all(len(json.loads(r["evidence"])[0]) == r["n_evidence"] for r in records)
@@ -251,9 +299,13 @@ def test_log_prompts_keeps_the_messages_sent_and_changes_no_other_column():
             return await super().complete(request)
 
     plain = one_key_records()
-    logged = asyncio.run(run_stream(OneKey(), AppendOnly(), Recording(), seed=0, labels=labels, log_prompts=True)).records
+    logged = asyncio.run(
+        run_stream(OneKey(), AppendOnly(), Recording(), seed=0, labels=labels, log_prompts=True)
+    ).records
     assert [json.loads(r["prompt"]) for r in logged] == [[m] for m in sent]
-    assert [{k: v for k, v in r.items() if k != "prompt"} for r in logged] == [{k: v for k, v in r.items() if k != "prompt"} for r in plain]
+    assert [{k: v for k, v in r.items() if k != "prompt"} for r in logged] == [
+        {k: v for k, v in r.items() if k != "prompt"} for r in plain
+    ]
 
 
 # ------------------------------------------------------------------- logs the metrics cannot use
@@ -265,11 +317,15 @@ def test_a_log_written_before_the_sample_existed_analyses_with_memory_metrics_un
     with caplog.at_level(logging.WARNING):
         logs = load_runs(tmp_path / "runs")
     warnings = [r.getMessage() for r in caplog.records if "memory metrics" in r.getMessage()]
-    assert warnings == ["memory metrics unavailable for 1 of 1 run(s): logged before episodes recorded their retrieved evidence"]
+    why = "logged before episodes recorded their retrieved evidence"
+    assert warnings == [f"memory metrics unavailable for 1 of 1 run(s): {why}"]
     assert logs.episodes[list(mq.EPISODE_COLUMNS)].isna().all().all()
     analysis = analyse(logs)
     assert analysis.memory.empty and not analysis.success.empty
-    assert "Memory metrics are unavailable: 1 run(s) were logged before episodes recorded their evidence." in section(analysis, logs.runs)
+    assert (
+        "Memory metrics are unavailable: 1 run(s) were logged before episodes recorded their evidence."
+        in section(analysis, logs.runs)
+    )
 
 
 def test_an_environment_without_truth_logs_an_empty_truth_and_gets_no_memory_metrics(tmp_path, caplog):
@@ -295,7 +351,13 @@ def test_the_columns_before_the_sample_are_written_as_they_were_without_it(tmp_p
     """The sample columns are compressed apart; every other column keeps its bytes and encodings."""
     records = one_key_records()
     without = [{k: v for k, v in r.items() if k not in SAMPLE} for r in records]
-    new, old = (pq.ParquetFile(pa.BufferReader(parquet_bytes(r))).metadata.row_group(0) for r in (records, without))
+    new, old = (
+        pq.ParquetFile(pa.BufferReader(parquet_bytes(r))).metadata.row_group(0) for r in (records, without)
+    )
     for i in range(old.num_columns):
         a, b = old.column(i), new.column(i)
-        assert (a.path_in_schema, a.total_compressed_size, a.encodings) == (b.path_in_schema, b.total_compressed_size, b.encodings)
+        assert (a.path_in_schema, a.total_compressed_size, a.encodings) == (
+            b.path_in_schema,
+            b.total_compressed_size,
+            b.encodings,
+        )

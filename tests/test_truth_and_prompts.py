@@ -32,7 +32,9 @@ def decisions(env: Any, seed: int = 0) -> Iterator[tuple[Any, str | None]]:
             yield task, env.truth(task.key)
 
 
-@pytest.mark.parametrize("factory", [lambda: ControlledDrift(phase_length=20), lambda: ExecutableDrift(phase_length=5)])
+@pytest.mark.parametrize(
+    "factory", [lambda: ControlledDrift(phase_length=20), lambda: ExecutableDrift(phase_length=5)]
+)
 def test_the_drift_environments_truth_is_the_current_regimes_action(factory):
     env = factory()
     try:
@@ -111,7 +113,13 @@ def test_log_prompts_is_not_part_of_a_streams_identity():
 
 
 def test_a_rerun_with_log_prompts_skips_the_complete_stream_and_a_new_one_logs_them(tmp_path: Path):
-    common = (f"results_dir={tmp_path}", "max_episodes=6", "seeds=[0]", "progress=false", "memory=append_only")
+    common = (
+        f"results_dir={tmp_path}",
+        "max_episodes=6",
+        "seeds=[0]",
+        "progress=false",
+        "memory=append_only",
+    )
     run_overrides(*common)
     (path,) = tmp_path.glob("runs/**/episodes.parquet")
     before = path.read_bytes()

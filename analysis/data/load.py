@@ -240,7 +240,13 @@ def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:
             tables.append(table.append_column("run", pa.repeat(run, table.num_rows)))
             events += [{"run": run, **labels, "event": kind, "count": n} for kind, n in counts.items()]
             runs.append(
-                {"run": run, **labels, "n_episodes": table.num_rows, "config": flatten(meta), "sample": sample}
+                {
+                    "run": run,
+                    **labels,
+                    "n_episodes": table.num_rows,
+                    "config": flatten(meta),
+                    "sample": sample,
+                }
             )
     if not runs:
         raise ValueError(f"root: no complete runs with episodes under {root}")

@@ -223,7 +223,9 @@ def scorecard(analysis: Analysis) -> pd.DataFrame:
         if ours is not None:
             record |= {"ours": ours.mean, "low": ours.low, "high": ours.high, "n": ours.n}
         if number.metric == "success":  # the memory-level figures of the same cell, beside it
-            record |= memory_quality.lookup(analysis.memory, number.experiment, number.env, number.phase, number.method)
+            record |= memory_quality.lookup(
+                analysis.memory, number.experiment, number.env, number.phase, number.method
+            )
         reason = Reason("", "")
         if verdict == NOT_RUN:
             reason = Reason("no runs for this cell", "")

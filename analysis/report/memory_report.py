@@ -67,12 +67,20 @@ def memory_table(analysis: Analysis, experiment: str) -> Table | None:
                 found = {m: keyed.get((setting[1], method, phase, m)) for m in METRICS}
                 won = success.get((setting[1], method, phase))
                 rows.append(
-                    [env_label(setting[1]), method_label(method), phase, _cell(won), *map(_cell, found.values())]
+                    [
+                        env_label(setting[1]),
+                        method_label(method),
+                        phase,
+                        _cell(won),
+                        *map(_cell, found.values()),
+                    ]
                 )
                 record = {"experiment": experiment, "env": setting[1], "memory": method, "phase": phase}
                 record |= {f"success_{k}": (won or {}).get(k, math.nan) for k in ("mean", "low", "high")}
                 for metric, row in found.items():
-                    record |= {f"{metric}_{k}": (row or {}).get(k, math.nan) for k in ("mean", "low", "high", "n")}
+                    record |= {
+                        f"{metric}_{k}": (row or {}).get(k, math.nan) for k in ("mean", "low", "high", "n")
+                    }
                 data.append(record)
     columns = ["Setting", "Method", "Phase", "Success", *METRICS.values()]
     return Table(
@@ -102,7 +110,14 @@ def stale_share_over_time(
         share = per_t["stale"].rolling(window, min_periods=1).sum() / lines.where(lines > 0)
         if share.notna().any():
             drawn += 1
-            ax.plot(share.index, share.to_numpy(), color=colors[method], ls=_STYLES.get(method, "-"), lw=1.4, label=method_label(method))
+            ax.plot(
+                share.index,
+                share.to_numpy(),
+                color=colors[method],
+                ls=_STYLES.get(method, "-"),
+                lw=1.4,
+                label=method_label(method),
+            )
     if not drawn:
         return None
     ax.set_xlim(int(rows["t"].min()), end)
@@ -130,8 +145,12 @@ def memory_jobs(episodes: pd.DataFrame, runs: pd.DataFrame, window: int) -> list
     jobs: list[Job] = []
     for experiment, env in settings(rows):
         if len(phases[(experiment, env)]) > 1:
-            of_setting = rows.loc[(rows["experiment"] == experiment) & (rows["env"] == env), ["memory", "t", "phase", *_COLUMNS]]
-            jobs.append(partial(stale_share_over_time, of_setting, phases[(experiment, env)], experiment, env, window))
+            of_setting = rows.loc[
+                (rows["experiment"] == experiment) & (rows["env"] == env), ["memory", "t", "phase", *_COLUMNS]
+            ]
+            jobs.append(
+                partial(stale_share_over_time, of_setting, phases[(experiment, env)], experiment, env, window)
+            )
     return jobs
 
 
@@ -147,10 +166,13 @@ def _focus_phase(phases: list[str]) -> str:
 
 
 def _describe(memory: dict, setting: tuple[str, str], method: str, phase: str) -> str:
-    share, present, pollution = (_mean(memory, setting, method, phase, m) for m in ("stale_share", "truth_present", "pollution"))
+    share, present, pollution = (
+        _mean(memory, setting, method, phase, m) for m in ("stale_share", "truth_present", "pollution")
+    )
     return (
         f"{method_label(method)}: {number(share, 2)} of its retrieved lines stale, the truth among them at "
-        f"{_percent(present)} of its decisions, stale VALID lines outnumbering the true ones at {_percent(pollution)}"
+        f"{_percent(present)} of its decisions, stale VALID lines outnumbering the true ones at "
+        f"{_percent(pollution)}"
     )
 
 
@@ -166,15 +188,21 @@ def _setting_sentence(memory: dict, setting: tuple[str, str], phases: list[str],
     polluted = {m: _mean(memory, setting, m, phase, "pollution") for m in methods if m != NO_MEMORY}
     polluted = {m: p for m, p in polluted.items() if not math.isnan(p)}
     if polluted:
-        worst, best = max(polluted, key=lambda m: (polluted[m], m)), min(polluted, key=lambda m: (polluted[m], m))
+        worst, best = (
+            max(polluted, key=lambda m: (polluted[m], m)),
+            min(polluted, key=lambda m: (polluted[m], m)),
+        )
         parts.append(
-            f"the highest pollution index is {method_label(worst)}'s ({number(polluted[worst], 2)}), the lowest "
-            f"{method_label(best)}'s ({number(polluted[best], 2)})"
+            f"the highest pollution index is {method_label(worst)}'s ({number(polluted[worst], 2)}), "
+            f"the lowest {method_label(best)}'s ({number(polluted[best], 2)})"
         )
     text = f"- {where}: " + "; ".join(parts) + "."
     if len(named) == 2 and all(m in polluted for m in named):
         verdicts = [f"{method_label(m)}'s {'are' if polluted[m] > DOMINATED else 'are not'}" for m in named]
-        text += f" So {verdicts[0]} dominated by stale VALID lines at most decisions of this phase, and {verdicts[1]}."
+        text += (
+            f" So {verdicts[0]} dominated by stale VALID lines at most decisions of this phase, "
+            f"and {verdicts[1]}."
+        )
     return text
 
 
@@ -184,11 +212,18 @@ def section(analysis: Analysis, runs: pd.DataFrame) -> str:
     parts = ["## Memory quality, without a reader\n"]
     unavailable = [
         f"{int((runs['sample'] == status).sum())} run(s) {why}"
-        for status, why in ((NOT_LOGGED, "were logged before episodes recorded their evidence"), (NO_TRUTH, "come from an environment that reports no truth"))
+        for status, why in (
+            (NOT_LOGGED, "were logged before episodes recorded their evidence"),
+            (NO_TRUTH, "come from an environment that reports no truth"),
+        )
         if (runs["sample"] == status).any()
     ]
     if analysis.memory.empty:
-        parts.append("Memory metrics are unavailable: " + ("; ".join(unavailable) or "no run logged its evidence") + ".\n")
+        parts.append(
+            "Memory metrics are unavailable: "
+            + ("; ".join(unavailable) or "no run logged its evidence")
+            + ".\n"
+        )
         return "\n".join(parts)
     parts.append(
         "Every number in this section is computed from what the prompts held (each decision's retrieved "

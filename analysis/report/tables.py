@@ -418,7 +418,16 @@ def scorecard_table(analysis: Analysis) -> Table:
         " Memory: the method's stale share of retrieved lines and pollution index in the same cell, "
         "from the logged evidence alone (no reader; see the memory-quality section)."
     )
-    columns = ["Setting", "Phase", "Number", "Verdict", "Ours [95% CI]", "Paper", "Memory", "Why not (evidence)"]
+    columns = [
+        "Setting",
+        "Phase",
+        "Number",
+        "Verdict",
+        "Ours [95% CI]",
+        "Paper",
+        "Memory",
+        "Why not (evidence)",
+    ]
     return Table(SCORECARD, "Reproduction scorecard", columns, rows, data, labels=4, note=note)
 
 

@@ -217,7 +217,11 @@ class ExecutableDrift(EnvironmentBase):
         task's `correct` holds; None: not a job)."""
         self._require_reset()
         job = _lookup(self._jobs, key)
-        return None if job is None else job.tool.invocation(job.subject, self._regime_at(self._now)[job.tool.name])
+        return (
+            None
+            if job is None
+            else job.tool.invocation(job.subject, self._regime_at(self._now)[job.tool.name])
+        )
 
     def _run_trial(self, sandbox: Sandbox, job: Job, argv: list[str], kind: str) -> bool:
         regime = self._regime_at(self._now)

@@ -411,8 +411,11 @@ def render_markdown(report: dict[str, Any]) -> str:
                 f"{v['seconds']:g} s, {100 * v['fraction_of_reproduce']:.1f}% of its wall time.",
             ]
         if rep.get("run_tree_bytes") is not None:
-            out += ["", f"The run tree it wrote: {rep['run_tree_bytes']:,} bytes ({_tree_ratio(rep):g} x its size before "
-                    f"episodes logged their samples, {RUN_TREE_BEFORE_SAMPLES_BYTES:,} bytes)."]
+            out += [
+                "",
+                f"The run tree it wrote: {rep['run_tree_bytes']:,} bytes ({_tree_ratio(rep):g} x its size "
+                f"before episodes logged their samples, {RUN_TREE_BEFORE_SAMPLES_BYTES:,} bytes).",
+            ]
 
     sc = report["scaling"]
     sizes = sc["sizes"]
