@@ -361,3 +361,16 @@ def test_the_columns_before_the_sample_are_written_as_they_were_without_it(tmp_p
             b.total_compressed_size,
             b.encodings,
         )
+
+
+class SharedList(AppendOnly):
+    """Hands out its own list of the key's items: acting on the decision appends to it afterwards."""
+
+    def retrieve(self, query):
+        return self._by_key.setdefault(query.key, [])
+
+
+def test_the_logged_evidence_is_what_the_prompt_held_even_if_acting_changes_the_memorys_lists():
+    labels = {"experiment": "toy", "env": "one_key", "memory": "shared"}
+    records = asyncio.run(run_stream(OneKey(), SharedList(), AlwaysA(), seed=0, labels=labels)).records
+    assert [len(json.loads(r["evidence"])[0]) for r in records] == [0, 1, 2, 3, 4, 5]

@@ -273,6 +273,7 @@ async def run_stream(
         sent.clear()
         d = await _decide(task, memory, ask)
         truths = [truth(key) for key in d.keys] if truth is not None else None
+        held = evidence_json(d.hops)  # now: acting may change what a memory's own lists hold
         outcome = env.execute(task, d.action)
         for obs in outcome.observations:
             memory.observe(obs)
@@ -302,7 +303,7 @@ async def run_stream(
             latency=sum(r.latency for r in hops) if hops else last.latency,
             **{name: int(snap.get(name, 0)) for name in (*STATE_COUNTS, *COUNTERS)},
             options=options_json(tuple(task.options)),
-            evidence=evidence_json(d.hops),
+            evidence=held,
             truth=truth_json(truths),
             prompt=prompt_json(sent) if log_prompts else "",
         ).row(labels)
