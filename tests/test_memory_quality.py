@@ -374,3 +374,22 @@ def test_the_logged_evidence_is_what_the_prompt_held_even_if_acting_changes_the_
     labels = {"experiment": "toy", "env": "one_key", "memory": "shared"}
     records = asyncio.run(run_stream(OneKey(), SharedList(), AlwaysA(), seed=0, labels=labels)).records
     assert [len(json.loads(r["evidence"])[0]) for r in records] == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_multi_hop_question_logs_each_hops_evidence_and_the_truth_of_the_key_it_reached():
+    from tests.test_loop import TwoHops
+
+    class KnownChain(TwoHops):
+        asked: list = []
+
+        def truth(self, key: Any) -> str | None:
+            self.asked.append(key)
+            return {("a", "r1"): "b", ("b", "r2"): "new c"}.get(key)
+
+    env = KnownChain()
+    (rec,) = asyncio.run(run_stream(env, AppendOnly(), AlwaysA("Answer: b"), seed=0, labels={})).records
+    assert env.asked == [("a", "r1"), ("b", "r2")]  # the entity reached at hop 1 keys hop 2
+    assert json.loads(rec["truth"]) == ["b", "new c"]
+    assert json.loads(rec["evidence"]) == [[[0, "VALID", "b", None, None]], [[1, "VALID", "c", None, None]]]
+    got = dict(zip(mq.EPISODE_COLUMNS, mq.episode_quality(rec["evidence"], rec["truth"]), strict=True))
+    assert (got["current"], got["stale"], got["polluted"]) == (1, 1, 1)
