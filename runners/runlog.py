@@ -9,8 +9,8 @@ A stream directory `results/runs/<experiment>/<env>/<memory>/seed=<n>/` holds, o
   backend stats, the sha256 and row count of both files above, and `complete: true`. It is written last,
   so its presence marks a complete stream; a rerun trusts it only after `analysis.data.integrity.verify`.
 
-While a stream runs, each episode is appended to `episodes.partial.jsonl`, whose first line is the
-stream's identity; lines are written in batches (every FLUSH_EVERY episodes or FLUSH_EVERY_S seconds, and
+While a stream runs, each episode is appended to `episodes.partial.jsonl` (without what its prompt held,
+which replay rebuilds), whose first line is the stream's identity; lines are written in batches (every FLUSH_EVERY episodes or FLUSH_EVERY_S seconds, and
 when the stream stops, however it stops), so a killed process loses at most the last batch, which resume
 asks again. Lifecycle events are not logged as they happen: a resumed stream
 rebuilds them exactly by replay, and writing them twice doubled the cost of fact-heavy streams.
@@ -63,6 +63,7 @@ FLUSH_EVERY_S = 0.5
 SAMPLE_LEVEL = 9
 SAMPLE_PAGE_BYTES = 1 << 24
 _UNIQUE_TEXT = frozenset({"evidence", "prompt"})
+_SAMPLE = frozenset(SAMPLE)
 
 
 def stream_dir(
@@ -317,9 +318,11 @@ class StreamLog:
 
     def append(self, record: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> None:
         """Log one episode as it finishes (the loop's `on_episode`), written with its batch (module
-        docstring). `events` are rebuilt by replay on resume."""
+        docstring). `events`, and the record's sample (`analysis.record.SAMPLE`: what its prompt held),
+        are rebuilt by replay on resume, so neither is written: Append-Only's evidence alone would make
+        the partial log several times the size of the finished stream."""
         assert self._episodes is not None, "StreamLog.open() first"
-        self._pending.append(_dumps(record))
+        self._pending.append(_dumps({k: v for k, v in record.items() if k not in _SAMPLE}))
         if len(self._pending) >= FLUSH_EVERY or time.monotonic() >= self._flush_at:
             self.flush()
 

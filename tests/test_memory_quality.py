@@ -393,3 +393,17 @@ def test_a_multi_hop_question_logs_each_hops_evidence_and_the_truth_of_the_key_i
     assert json.loads(rec["evidence"]) == [[[0, "VALID", "b", None, None]], [[1, "VALID", "c", None, None]]]
     got = dict(zip(mq.EPISODE_COLUMNS, mq.episode_quality(rec["evidence"], rec["truth"]), strict=True))
     assert (got["current"], got["stale"], got["polluted"]) == (1, 1, 1)
+
+
+def test_the_partial_log_leaves_out_the_sample_which_replay_rebuilds(tmp_path):
+    records = one_key_records()
+    log = StreamLog(tmp_path / "seed=0", {"seed": 0})
+    log.open([])
+    for record in records:
+        log.append(record, [])
+    log.close()
+    lines = [json.loads(x) for x in (log.dir / "episodes.partial.jsonl").read_text().splitlines()[1:]]
+    assert lines == [{k: v for k, v in r.items() if k not in SAMPLE} for r in records]
+    labels = {"experiment": "toy", "env": "one_key", "memory": "append_only"}
+    resumed = asyncio.run(run_stream(OneKey(), AppendOnly(), AlwaysA(), seed=0, labels=labels, replay=lines[:4]))
+    assert resumed.records == records
