@@ -10,10 +10,11 @@ A stream directory `results/runs/<experiment>/<env>/<memory>/seed=<n>/` holds, o
   so its presence marks a complete stream; a rerun trusts it only after `analysis.data.integrity.verify`.
 
 While a stream runs, each episode is appended to `episodes.partial.jsonl` (without what its prompt held,
-which replay rebuilds), whose first line is the stream's identity; lines are written in batches (every FLUSH_EVERY episodes or FLUSH_EVERY_S seconds, and
-when the stream stops, however it stops), so a killed process loses at most the last batch, which resume
-asks again. Lifecycle events are not logged as they happen: a resumed stream
-rebuilds them exactly by replay, and writing them twice doubled the cost of fact-heavy streams.
+which replay rebuilds), whose first line is the stream's identity; lines are written in batches (every
+FLUSH_EVERY episodes or FLUSH_EVERY_S seconds, and when the stream stops, however it stops), so a killed
+process loses at most the last batch, which resume asks again. Lifecycle events are not logged as they
+happen: a resumed stream rebuilds them exactly by replay, and writing them twice doubled the cost of
+fact-heavy streams.
 A killed stream resumes by replaying the valid prefix of its partial log (see
 `runners.agent.loop.run_stream`), so its final files equal those of an uninterrupted run.
 

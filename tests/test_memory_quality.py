@@ -405,5 +405,7 @@ def test_the_partial_log_leaves_out_the_sample_which_replay_rebuilds(tmp_path):
     lines = [json.loads(x) for x in (log.dir / "episodes.partial.jsonl").read_text().splitlines()[1:]]
     assert lines == [{k: v for k, v in r.items() if k not in SAMPLE} for r in records]
     labels = {"experiment": "toy", "env": "one_key", "memory": "append_only"}
-    resumed = asyncio.run(run_stream(OneKey(), AppendOnly(), AlwaysA(), seed=0, labels=labels, replay=lines[:4]))
+    resumed = asyncio.run(
+        run_stream(OneKey(), AppendOnly(), AlwaysA(), seed=0, labels=labels, replay=lines[:4])
+    )
     assert resumed.records == records
