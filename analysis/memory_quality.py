@@ -56,7 +56,28 @@ def _plain_truth(truth: str) -> str | None:
     return None
 
 
-def _fast_counts(evidence: str, value: str) -> tuple[int, int, int, int] | None:
+#: Texts that begin with the same characters (a key's first retrieved line) are tried as extensions of
+#: each other (`_fast_counts`), when longer than _EXTEND_FROM (shorter ones cost less to count anew).
+_PREFIX = 32
+_EXTEND_FROM = 512
+
+
+def _count(text: str, value: str) -> tuple[int, ...]:
+    """VALID verdicts, FAILED verdicts, quotes, "]", commas, VALID lines of `value`, FAILED lines of it."""
+    return (
+        text.count(',"VALID","'),
+        text.count(',"FAILED","'),
+        text.count('"'),
+        text.count("]"),
+        text.count(","),
+        text.count(f',"VALID","{value}",'),
+        text.count(f',"FAILED","{value}",'),
+    )
+
+
+def _fast_counts(
+    evidence: str, value: str, earlier: dict[str, tuple[str, tuple[int, ...], str]] | None = None
+) -> tuple[int, int, int, int] | None:
     """(VALID lines, VALID lines asserting `value`, FAILED lines, FAILED lines of `value`) of one hop's
     evidence, counted as substrings of the compact JSON the harness writes, for a `value` without
     quotes or escapes; None unless the text is certainly that one hop in that layout (then it is parsed).
@@ -65,22 +86,31 @@ def _fast_counts(evidence: str, value: str) -> tuple[int, int, int, int] | None:
     value: `,"VALID","` marks exactly the VALID verdicts (a value "VALID" is followed by a count, not a
     quote), the quote count checks that every line was counted, the comma count that each has five
     fields, and the count of "]" (one per line, one per hop, one around them, more if a value holds one)
-    that there is one hop. This keeps reading
-    Append-Only's long prompts cheap: a few passes of `str.count` instead of a JSON parse."""
+    that there is one hop. This keeps reading Append-Only's long prompts cheap: a few passes of
+    `str.count` instead of a JSON parse, and with `earlier` (the run's texts so far, by their first
+    _PREFIX characters) only over what a text adds to an earlier one it extends line by line: counts
+    add up exactly across a line boundary, where no pattern can straddle (it lies outside any string)."""
     if "\\" in evidence or not (evidence.startswith("[[[") or evidence == "[[]]"):
         return None
-    valid, failed = evidence.count(',"VALID","'), evidence.count(',"FAILED","')
+    if len(evidence) < _EXTEND_FROM:
+        earlier = None
+    known = earlier.get(evidence[:_PREFIX]) if earlier is not None else None
+    if known is not None and len(known[0]) < len(evidence) and evidence.startswith(known[0]):
+        body, counts, of = known
+        if of != value:  # the truth changed since: recount the lines of this value over the whole text
+            counts = (*counts[:5], *_count(body, value)[5:])
+        counts = tuple(a + b for a, b in zip(counts, _count(evidence[len(body) :], value), strict=True))
+    else:
+        counts = _count(evidence, value)
+    valid, failed, quotes, brackets, commas, valid_true, failed_true = counts
     lines = valid + failed
-    if evidence.count('"') != 4 * lines or evidence.count("]") != lines + 2:
-        return None
-    if lines and evidence.count(",") != 5 * lines - 1:  # four within each line, one between lines
-        return None
-    return (
-        valid,
-        evidence.count(f',"VALID","{value}",') if valid else 0,
-        failed,
-        evidence.count(f',"FAILED","{value}",') if failed else 0,
-    )
+    if quotes != 4 * lines or brackets != lines + 2 or (lines and commas != 5 * lines - 1):
+        return None  # four commas within each line, one between lines
+    if earlier is not None and evidence.endswith(
+        "]]]"
+    ):  # the text without its closing "]]" is what a longer one extends
+        earlier[evidence[:_PREFIX]] = (evidence[:-2], (*counts[:3], brackets - 2, *counts[4:]), value)
+    return valid, valid_true, failed, failed_true
 
 
 def _parsed_counts(hop: object, value: str) -> tuple[int, int, int, int]:
@@ -119,13 +149,16 @@ def _hop_counts(evidence: str, truth: str) -> list[tuple[int, int, int, int]]:
     return [_parsed_counts(hop, value) for hop, value in zip(hops, truths, strict=True) if value is not None]
 
 
-def episode_quality(evidence: str, truth: str) -> tuple[float, ...]:
+def episode_quality(
+    evidence: str, truth: str, earlier: dict[str, tuple[str, tuple[int, ...], str]] | None = None
+) -> tuple[float, ...]:
     """The EPISODE_COLUMNS of one episode from its `evidence` and `truth` texts (module docstring);
-    all NaN when `truth` is "" (no truth reported). ValueError naming the column for malformed text."""
+    all NaN when `truth` is "" (no truth reported). ValueError naming the column for malformed text.
+    `earlier`: a dict kept across one run's episodes, which makes reading long prompts cheaper."""
     if not truth:
         return _UNAVAILABLE
     value = _plain_truth(truth)
-    counts = _fast_counts(evidence, value) if value is not None else None
+    counts = _fast_counts(evidence, value, earlier) if value is not None else None
     per_hop = [counts] if counts is not None else _hop_counts(evidence, truth)
     if not per_hop:
         return (0.0, 0.0, _NAN, _NAN, _NAN)
@@ -147,12 +180,15 @@ def episode_columns(
     (either sequence None). A ValueError names the row (its position) and the column."""
     if evidence is None or truth is None:
         return {name: np.full(n, np.nan) for name in EPISODE_COLUMNS}
-    rows = []
-    for i, (e, t) in enumerate(zip(evidence, truth, strict=True)):
-        try:
-            rows.append(episode_quality(e or "", t or ""))
-        except ValueError as exc:
-            raise ValueError(f"row {i}: {exc}") from None
+    rows, earlier, seen = [], {}, {}  # seen: a run repeats many (evidence, truth) pairs (an empty prompt)
+    for i, pair in enumerate(zip(evidence, truth, strict=True)):
+        row = seen.get(pair)
+        if row is None:
+            try:
+                row = seen[pair] = episode_quality(pair[0] or "", pair[1] or "", earlier)
+            except ValueError as exc:
+                raise ValueError(f"row {i}: {exc}") from None
+        rows.append(row)
     values = np.array(rows, dtype=float).reshape(len(rows), len(EPISODE_COLUMNS))
     return {name: values[:, j] for j, name in enumerate(EPISODE_COLUMNS)}
 

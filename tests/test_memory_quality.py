@@ -409,3 +409,46 @@ def test_the_partial_log_leaves_out_the_sample_which_replay_rebuilds(tmp_path):
         run_stream(OneKey(), AppendOnly(), AlwaysA(), seed=0, labels=labels, replay=lines[:4])
     )
     assert resumed.records == records
+
+
+A, B = "a" * 40, "b" * 40  # long enough that texts pass _EXTEND_FROM and extend earlier ones
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["k1", "k2"]), st.booleans(), st.sampled_from([A, B, A + "]", "VALID"])),
+        max_size=40,
+    ),
+    st.lists(st.sampled_from([A, B, A + "]"]), min_size=1, max_size=4),
+    st.lists(st.sampled_from([False, False, False, False, True]), max_size=40),
+)
+def test_a_runs_rows_read_together_give_what_each_gives_alone(steps, truths, drops):
+    """Rows that extend an earlier row's lines are counted from that row's counts (episode_columns);
+    the result must be what reading every row alone gives, whatever the keys, values and truths."""
+    kept: dict[str, list[Evidence]] = {"k1": [], "k2": []}
+    evidence, truth = [], []
+    for i, (key, holds, value) in enumerate(steps):
+        if i < len(drops) and drops[i] and kept[key]:
+            kept[key] = kept[key][1:]  # a sliding window: the text no longer extends the last one
+        evidence.append(evidence_json([kept[key]]))
+        truth.append(json.dumps([truths[i % len(truths)]]))
+        kept[key] = [*kept[key], line(i, holds, value)]
+    together = mq.episode_columns(len(steps), evidence, truth)
+    alone = [mq.episode_quality(e, t) for e, t in zip(evidence, truth, strict=True)]
+    for j, name in enumerate(mq.EPISODE_COLUMNS):
+        assert np.allclose(together[name], [row[j] for row in alone], equal_nan=True)
+
+
+def test_a_long_prompt_that_grows_line_by_line_is_counted_exactly_as_the_truth_changes():
+    kept, evidence, truth = [], [], []
+    for i in range(60):
+        evidence.append(evidence_json([kept]))
+        truth.append(json.dumps([A if (i // 10) % 2 else B]))
+        kept = [*kept, line(i, i % 3 != 0, A if i % 2 else B)]
+    assert len(evidence[-1]) > 4 * mq._EXTEND_FROM
+    together = mq.episode_columns(60, evidence, truth)
+    alone = np.array([mq.episode_quality(e, t) for e, t in zip(evidence, truth, strict=True)])
+    for j, name in enumerate(mq.EPISODE_COLUMNS):
+        assert np.allclose(together[name], alone[:, j], equal_nan=True)
+    assert together["stale"][-1] == _by_hand([kept[:-1]], [json.loads(truth[-1])[0]])[1]
