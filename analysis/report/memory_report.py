@@ -192,10 +192,13 @@ def _setting_sentence(memory: dict, setting: tuple[str, str], phases: list[str],
             max(polluted, key=lambda m: (polluted[m], m)),
             min(polluted, key=lambda m: (polluted[m], m)),
         )
-        parts.append(
-            f"the highest pollution index is {method_label(worst)}'s ({number(polluted[worst], 2)}), "
-            f"the lowest {method_label(best)}'s ({number(polluted[best], 2)})"
-        )
+        if polluted[worst] == polluted[best]:
+            parts.append(f"every method's pollution index is {number(polluted[worst], 2)}")
+        else:
+            parts.append(
+                f"the highest pollution index is {method_label(worst)}'s ({number(polluted[worst], 2)}), "
+                f"the lowest {method_label(best)}'s ({number(polluted[best], 2)})"
+            )
     text = f"- {where}: " + "; ".join(parts) + "."
     if len(named) == 2 and all(m in polluted for m in named):
         verdicts = [f"{method_label(m)}'s {'are' if polluted[m] > DOMINATED else 'are not'}" for m in named]
