@@ -29,6 +29,7 @@ from analysis.report.figures import (
     timeline_jobs,
     write_figures,
 )
+from analysis.report.memory_report import memory_jobs, memory_tables, section
 from analysis.report.readme import SIMULATED_BACKEND_NOTE, inventory, write_report
 from analysis.report.tables import build_tables, write_tables
 
@@ -161,6 +162,7 @@ def report(args: argparse.Namespace, drawing: Executor) -> int:
     events = logs.events["count"].sum()
     log.info("loaded %d runs, %d episodes, %d archive events", len(logs.runs), len(logs.episodes), events)
     from_logs = submit(drawing, success_jobs(logs.episodes, logs.runs, args.window))
+    from_memory = submit(drawing, memory_jobs(logs.episodes, logs.runs, args.window))
     timelines = submit(drawing, timeline_jobs(logs.runs, logs.events, args.runs))
     fresh = analyse(
         logs,
@@ -180,14 +182,16 @@ def report(args: argparse.Namespace, drawing: Executor) -> int:
         return 2
     extras = ([ablation] if ablation is not None else []) + manifest.kept_tables(kept)
     tables[-1:-1] = sorted(extras, key=lambda t: t.name)  # before the closing table of sources
+    tables[-1:-1] = memory_tables(analysis)
     write_tables(tables, args.out / "tables", kept.removable_tables)
     log.info("wrote %d tables to %s", len(tables), args.out / "tables")
-    drawings = collect(from_logs + from_metrics + timelines)
+    drawings = collect(from_logs + from_memory + from_metrics + timelines)
     figures = write_figures(drawings, args.out / "figures", kept.removable_figures)
     figures = report_order(figures + manifest.kept_figures(kept, args.out / "figures"))
     log.info("wrote %d figures to %s", len(figures), args.out / "figures")
     rows = inventory(logs.runs) | {e: entry["inventory"] for e, entry in kept.experiments.items()}
-    readme = write_report(tables, figures, rows, args.out, backend_note=note)
+    memory = section(analysis)
+    readme = write_report(tables, figures, rows, args.out, backend_note=note, sections=[memory])
     manifest.write_manifest(args.out, analysis, logs.runs, rows, tables, extras, figures, kept, options)
     log.info("wrote %s in %.1f s", readme, time.perf_counter() - started)
     return 0

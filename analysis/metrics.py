@@ -618,6 +618,8 @@ class Analysis:
     departures: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: Experiment -> its runs' configuration variants, named in titles (`experiment_title`).
     variants: dict[str, list[str]] = field(default_factory=dict)
+    #: Memory quality per method and phase, from the logged samples (`analysis.memory_quality.summarize`).
+    memory: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def analyse(
@@ -629,6 +631,8 @@ def analyse(
     intervals: str = "seeds",
 ) -> Analysis:
     """Compute every metric of the analysis from loaded run logs (see the functions above)."""
+    from analysis import memory_quality  # here: it imports this module
+
     swept = in_sweep(logs.runs)
     sweep_runs, regular_runs = logs.runs[swept], logs.runs[~swept]
     episodes, sweep_episodes, events = logs.episodes, logs.episodes.iloc[:0], logs.events
@@ -663,4 +667,5 @@ def analyse(
         intervals=intervals,
         departures=paper_departures(regular_runs),
         variants=experiment_variants(regular_runs),
+        memory=memory_quality.summarize(episodes, phases, OVERALL),
     )

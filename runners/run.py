@@ -283,6 +283,7 @@ async def _run_one(
             on_episode=slog.append,
             progress=bar,
             max_episodes=spec.max_episodes,
+            log_prompts=spec.log_prompts,
         )
     except ReplayMismatch:
         raise  # retried at once by this invocation: nothing to carry

@@ -174,7 +174,7 @@ def test_results_of_experiments_absent_from_the_runs_are_kept_as_a_full_analysis
     before = _files(out)
     with caplog.at_level(logging.WARNING, logger="analysis"):
         assert main(["--runs", str(own), "--out", str(out), "--quiet"]) == 0
-    assert [r.getMessage() for r in caplog.records] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "analysis"] == [
         f"analysis: kept the results in {out} of paper_controlled (no runs of them under {own}; "
         "--replace drops them)"
     ]
@@ -201,7 +201,7 @@ def test_recomputing_an_experiment_from_fewer_runs_is_refused_unless_replace_is_
     before = _files(out)
     with caplog.at_level(logging.ERROR, logger="analysis"):
         assert main(["--runs", str(subset), "--out", str(out), "--quiet"]) == 2
-    (error,) = [r.getMessage() for r in caplog.records]
+    (error,) = [r.getMessage() for r in caplog.records if r.name == "analysis"]
     assert error.startswith(
         f"analysis: --out {out} holds results of paper_controlled computed from 24 run(s)"
     )
@@ -213,7 +213,7 @@ def test_recomputing_an_experiment_from_fewer_runs_is_refused_unless_replace_is_
     caplog.clear()
     with caplog.at_level(logging.ERROR, logger="analysis"):
         assert main(["--runs", str(tmp_path / "own"), "--out", str(out), "--quiet", "--window", "5"]) == 2
-    (error,) = [r.getMessage() for r in caplog.records]
+    (error,) = [r.getMessage() for r in caplog.records if r.name == "analysis"]
     assert (
         "holds results of paper_controlled computed with other options (" in error and "--window 20" in error
     )
@@ -245,6 +245,6 @@ def test_a_damaged_manifest_is_one_line_naming_it_and_replace(tmp_path, caplog, 
     (out / "manifest.json").write_text(content)
     with caplog.at_level(logging.ERROR, logger="analysis"):
         assert main(["--runs", str(tmp_path / "runs"), "--out", str(out), "--quiet"]) == 2
-    (error,) = [r.getMessage() for r in caplog.records]
+    (error,) = [r.getMessage() for r in caplog.records if r.name == "analysis"]
     assert error == f"analysis: {out / 'manifest.json'}: {problem}; --replace rewrites it"
     assert main(["--runs", str(tmp_path / "runs"), "--out", str(out), "--quiet", "--replace"]) == 0

@@ -3,6 +3,7 @@ structure of its JSON and report. No timing is asserted (these machines are shar
 
 import json
 import math
+import subprocess
 import sys
 from pathlib import Path
 
@@ -186,6 +187,15 @@ def test_reproduce_timing_skips_guarded_steps_and_reports_a_failure(monkeypatch)
     steps.append(Step("broken", None, [py, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"]))
     out = bench.time_reproduce()
     assert "wall_s" not in out and out["failed"] == "broken: exit 3: boom"
+
+
+def test_the_run_tree_size_is_what_du_reports(tmp_path):
+    (tmp_path / "runs" / "a" / "seed=0").mkdir(parents=True)
+    (tmp_path / "runs" / "a" / "seed=0" / "episodes.parquet").write_bytes(b"x" * 1234)
+    (tmp_path / "runs" / "meta.json").write_text("{}")
+    du = subprocess.run(["du", "-sb", str(tmp_path / "runs")], capture_output=True, text=True, check=True)
+    assert bench.tree_bytes(tmp_path / "runs") == int(du.stdout.split()[0])
+    assert bench.tree_bytes(tmp_path / "nothing") == 0
 
 
 def test_reproduce_timing_can_keep_its_outputs_in_a_new_folder_only(tmp_path, monkeypatch):

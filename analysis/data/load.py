@@ -11,6 +11,11 @@ A run is trusted only once its files verify against the checksums its meta.json 
 `analysis.data.validate.check_episodes`. Otherwise the analysis stops with one ValueError naming the file
 (and the column) and what is wrong, before anything is written: rerunning the experiment's command
 moves a damaged stream aside and redoes it.
+
+Each run's logged sample (`evidence`, `truth`) is turned into its per-episode memory-quality columns
+as it is read (`analysis.memory_quality`), and the text is not kept. A run logged before the sample
+existed, or whose environment reports no truth, reads with those columns empty (NaN), and the load says
+so in one line: it is analysed as before, without memory metrics.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from analysis import memory_quality
 from analysis.data import integrity
 from analysis.data.validate import check_episodes
 from analysis.record import COUNTERS, STATE_COUNTS
@@ -46,6 +52,8 @@ _EVENT_PARSING = pj.ParseOptions(explicit_schema=EVENT_SCHEMA, unexpected_field_
 #: The episode columns the analysis uses (see `analysis.record`); the others (task keys, actions, raw
 #: replies) are not read, which keeps loading a full reproduction fast. Counters a run lacks read as 0.
 ANALYSIS_COLUMNS = (*REQUIRED_COLUMNS, "prompt_tokens", *COUNTERS, *STATE_COUNTS)
+#: The sample columns the memory metrics are computed from (read when the log has them, then dropped).
+SAMPLE_COLUMNS = ("evidence", "truth")
 #: Threads reading run files concurrently.
 _READERS = 4
 #: What a label (experiment, env, memory) may be: one plain directory name, as the runner's config allows.
@@ -61,8 +69,9 @@ class RunLogs:
     episodes: one row per episode of every run, plus `run` (the run directory relative to the root).
     events: how many lifecycle events of each kind every run's archive holds: `run`, the run's labels,
     `event` and `count` (one row per run and kind it logged).
-    runs: one row per run: `run`, the labels, `n_episodes`, and `config` (meta.json flattened to
-    dotted keys, e.g. "config.memory.theta_rev").
+    runs: one row per run: `run`, the labels, `n_episodes`, `config` (meta.json flattened to dotted
+    keys, e.g. "config.memory.theta_rev") and `sample` (whether its memory metrics could be computed,
+    `analysis.memory_quality.LOGGED`, or why not).
     """
 
     episodes: pd.DataFrame
@@ -112,8 +121,9 @@ def find_runs(root: str | Path) -> list[Path]:
     return complete
 
 
-def read_episodes(run_dir: Path) -> pa.Table:
-    """The ANALYSIS_COLUMNS of one run's episodes.parquet (those it has) as an Arrow table.
+def read_episodes(run_dir: Path) -> tuple[pa.Table, str]:
+    """The ANALYSIS_COLUMNS of one run's episodes.parquet (those it has) and its memory-quality columns
+    (`analysis.memory_quality.EPISODE_COLUMNS`) as an Arrow table, and the run's sample status.
 
     One ParquetFile serves both the schema check and the read, single-threaded: files are small and
     load_runs already reads several at once, so the dataset API's and Arrow's thread start-up would
@@ -125,9 +135,18 @@ def read_episodes(run_dir: Path) -> pa.Table:
     missing = [c for c in REQUIRED_COLUMNS if c not in names]
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
-    table = file.read(columns=[c for c in ANALYSIS_COLUMNS if c in names], use_threads=False)
+    sample = [c for c in SAMPLE_COLUMNS if c in names]
+    table = file.read(columns=[c for c in (*ANALYSIS_COLUMNS, *sample) if c in names], use_threads=False)
     check_episodes(table, path)
-    return table
+    texts = [table[c].to_pylist() if c in sample else None for c in SAMPLE_COLUMNS]
+    try:
+        quality = memory_quality.episode_columns(table.num_rows, *texts)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    table = table.drop_columns(sample)
+    for name, values in quality.items():
+        table = table.append_column(name, pa.array(values))
+    return table, memory_quality.sample_status(*texts)
 
 
 def read_events(run_dir: Path) -> pa.Table:
@@ -199,7 +218,7 @@ def _check_unique(runs: pd.DataFrame) -> None:
         )
 
 
-def _read_run(root: Path, run_dir: Path) -> tuple[str, pa.Table, dict[str, int], dict]:
+def _read_run(root: Path, run_dir: Path) -> tuple[str, tuple[pa.Table, str], dict[str, int], dict]:
     """A run's files, verified (see the module docstring); a ValueError names what cannot be trusted."""
     meta = read_meta(run_dir)
     problem = integrity.verify(run_dir, meta)  # a run that records no checksums is not trusted either
@@ -210,6 +229,18 @@ def _read_run(root: Path, run_dir: Path) -> tuple[str, pa.Table, dict[str, int],
     except (OSError, pa.ArrowException) as exc:  # a file Arrow cannot read (ArrowInvalid is both)
         reason = str(exc).splitlines()[0] if str(exc) else repr(exc)
         raise ValueError(f"{run_dir}: unreadable ({reason})") from None
+
+
+def _note_unavailable(runs: pd.DataFrame) -> None:
+    """One line per reason some runs have no memory metrics (they are analysed without them)."""
+    why = {
+        memory_quality.NOT_LOGGED: "logged before episodes recorded their retrieved evidence",
+        memory_quality.NO_TRUTH: "their environment reports no truth",
+    }
+    for status, reason in why.items():
+        n = int((runs["sample"] == status).sum())
+        if n:
+            log.warning("memory metrics unavailable for %d of %d run(s): %s", n, len(runs), reason)
 
 
 def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:
@@ -224,7 +255,7 @@ def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:
     tables, events, runs = [], [], []
     with ThreadPoolExecutor(max_workers=_READERS) as pool:
         loaded = pool.map(lambda run_dir: _read_run(root, run_dir), run_dirs)
-        for run, table, counts, meta in tqdm(
+        for run, (table, sample), counts, meta in tqdm(
             loaded, total=len(run_dirs), desc="reading runs", unit="run", disable=not progress
         ):
             if table.num_rows == 0:
@@ -233,10 +264,19 @@ def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:
             labels = _labels(table, run)
             tables.append(table.append_column("run", pa.repeat(run, table.num_rows)))
             events += [{"run": run, **labels, "event": kind, "count": n} for kind, n in counts.items()]
-            runs.append({"run": run, **labels, "n_episodes": table.num_rows, "config": flatten(meta)})
+            runs.append(
+                {
+                    "run": run,
+                    **labels,
+                    "n_episodes": table.num_rows,
+                    "config": flatten(meta),
+                    "sample": sample,
+                }
+            )
     if not runs:
         raise ValueError(f"root: no complete runs with episodes under {root}")
     runs_frame = pd.DataFrame(runs)
+    _note_unavailable(runs_frame)
     _check_unique(runs_frame)
     episodes = pa.concat_tables(tables, promote_options="permissive").to_pandas()
     for name in (*COUNTERS, *STATE_COUNTS):

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from analysis import memory_quality
 from analysis.metrics import NO_MEMORY, Analysis, method_label
 from analysis.reference import paper
 from analysis.stats import MIN_BOOTSTRAP_SEEDS
@@ -259,6 +260,10 @@ def scorecard(analysis: Analysis) -> pd.DataFrame:
             verdict = NOT_REPRODUCED
         if ours is not None:
             record |= {"ours": ours.mean, "low": ours.low, "high": ours.high, "n": ours.n}
+        if number.metric == "success":  # the memory-level figures of the same cell, beside it
+            record |= memory_quality.lookup(
+                analysis.memory, number.experiment, number.env, number.phase, number.method
+            )
         reason = Reason("", "")
         if verdict == NOT_RUN:
             reason = Reason("no runs for this cell", "")

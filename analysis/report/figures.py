@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -156,20 +157,9 @@ def success_curves(rows: pd.DataFrame, window: int) -> dict[str, tuple[pd.Series
     return curves
 
 
-def success_over_time(
-    rows: pd.DataFrame,
-    phases: list[str],
-    experiment: str,
-    env: str,
-    window: int,
-    variants: Sequence[str] = (),
-) -> Drawing:
-    """Rolling success of each method (per seed, then averaged over seeds) with phases shaded; `rows`:
-    the episodes of that experiment and env, `variants`: its runs' configuration variants (the title
-    names them). A curve identical to an earlier one would hide behind it: its legend entry says so."""
-    colors = method_colors(rows["memory"])
-    figure = Figure(figsize=(10, 4.2), layout="constrained")
-    ax = figure.add_subplot()
+def shade_phases(ax: Any, rows: pd.DataFrame, phases: list[str]) -> int:
+    """Shade every other phase of `rows` (episodes with `t` and `phase`), mark the boundaries and name
+    the phases above the axes; returns the end of the stream (last t + 1)."""
     starts = _phase_starts(rows, phases)
     end = int(rows["t"].max()) + 1
     for i, (phase, start) in enumerate(starts):
@@ -186,6 +176,24 @@ def success_over_time(
             va="bottom",
             fontsize=9,
         )
+    return end
+
+
+def success_over_time(
+    rows: pd.DataFrame,
+    phases: list[str],
+    experiment: str,
+    env: str,
+    window: int,
+    variants: Sequence[str] = (),
+) -> Drawing:
+    """Rolling success of each method (per seed, then averaged over seeds) with phases shaded; `rows`:
+    the episodes of that experiment and env, `variants`: its runs' configuration variants (the title
+    names them). A curve identical to an earlier one would hide behind it: its legend entry says so."""
+    colors = method_colors(rows["memory"])
+    figure = Figure(figsize=(10, 4.2), layout="constrained")
+    ax = figure.add_subplot()
+    end = shade_phases(ax, rows, phases)
     curves = success_curves(rows, window)
     for method, (rolling, label) in curves.items():
         ax.plot(

@@ -30,7 +30,7 @@ from analysis.report.tables import Table
 MANIFEST = "manifest.json"
 VERSION = 1
 #: The Analysis frames the tables are built from, stored per experiment (they all have `experiment`).
-FRAMES = ("success", "mpi", "paired", "adaptation", "cost_summary", "sweep", "departures")
+FRAMES = ("success", "mpi", "paired", "adaptation", "cost_summary", "sweep", "departures", "memory")
 
 
 @dataclass(frozen=True)

@@ -68,9 +68,10 @@ def render_report(
     root: Path,
     *,
     backend_note: str = SIMULATED_BACKEND_NOTE,
+    sections: Sequence[str] = (),
 ) -> str:
     """The README text; `runs`: the Runs table's rows (`inventory`); paths of tables and figures are
-    written relative to `root` (results/)."""
+    written relative to `root` (results/); `sections` (markdown) follow the scorecard."""
     parts = [
         "# Results\n",
         "Regenerate everything on this page from the run logs with `python -m analysis --runs "
@@ -81,7 +82,7 @@ def render_report(
     first = [t for t in tables if t.name == SCORECARD]
     for table in first:  # what reproduces, before anything else
         parts += [f"## {plain(table.title)}\n", *_table_parts(table)]
-    parts += ["## Runs\n", _inventory(runs), "## Tables\n"]
+    parts += [*sections, "## Runs\n", _inventory(runs), "## Tables\n"]
     for table in tables:
         if table.name != SCORECARD:
             parts += [f"### {plain(table.title)}\n", *_table_parts(table)]
@@ -129,9 +130,11 @@ def write_report(
     root: str | Path,
     *,
     backend_note: str = SIMULATED_BACKEND_NOTE,
+    sections: Sequence[str] = (),
 ) -> Path:
     """Write `root`/README.md and return its path."""
     root = Path(root)
     path = root / "README.md"
-    path.write_text(render_report(tables, figures, runs, root, backend_note=backend_note), encoding="utf-8")
+    text = render_report(tables, figures, runs, root, backend_note=backend_note, sections=sections)
+    path.write_text(text, encoding="utf-8")
     return path

@@ -449,7 +449,8 @@ def scorecard_table(analysis: Analysis) -> Table:
             )
             theirs = ("~" if r["paper_approximate"] else "") + number(r["paper"], digits, signed=signed)
         why = r["reason"] + (f" ([evidence]({r['evidence']}))" if r["evidence"] else "")
-        rows.append([env_label(r["env"]), r["phase"], scorecard.describe(r), r["verdict"], ours, theirs, why])
+        cells = [env_label(r["env"]), r["phase"], scorecard.describe(r), r["verdict"], ours, theirs]
+        rows.append([*cells, _memory_figures(r), why])
     verdicts = data["verdict"].value_counts()
     shown = [v for v in scorecard.VERDICTS if v != scorecard.VARIANT or verdicts.get(v, 0)]
     counts = ", ".join(f"{int(verdicts.get(v, 0))} {v}" for v in shown)
@@ -466,8 +467,31 @@ def scorecard_table(analysis: Analysis) -> Table:
         "claim is reproduced when both our exact sign-flip and paired bootstrap p meet it."
         f"{variant} Intervals as in the tables below; the same scorecard is in tables/scorecard.csv."
     )
-    columns = ["Setting", "Phase", "Number", "Verdict", "Ours [95% CI]", "Paper", "Why not (evidence)"]
+    note += (
+        " Memory: the method's stale share of retrieved lines and pollution index in the same cell, "
+        "from the logged evidence alone (no reader; see the memory-quality section)."
+    )
+    columns = [
+        "Setting",
+        "Phase",
+        "Number",
+        "Verdict",
+        "Ours [95% CI]",
+        "Paper",
+        "Memory",
+        "Why not (evidence)",
+    ]
     return Table(SCORECARD, "Reproduction scorecard", columns, rows, data, labels=4, note=note)
+
+
+def _memory_figures(record: dict) -> str:
+    """The memory-level figures beside a success row of the scorecard ("" for other rows)."""
+    if record["metric"] != "success":
+        return ""
+    share, pollution = record.get("stale_share"), record.get("pollution")
+    if _missing(share) and _missing(pollution):
+        return MISSING
+    return f"stale {number(share, 2)}, pollution {number(pollution, 2)}"
 
 
 def _missing(x: object) -> bool:
