@@ -27,10 +27,10 @@ test: $(STAMP) ## the test suite (no real model)
 	$(BIN)/python -m pytest -m "not llm"
 
 # Every paper experiment on the offline simulated backend (20 seeds in the drift settings, 10 in the others),
-# side by side (runners.reproduce; MemoryAgentBench only when its data is there), then tables, figures,
+# side by side (runners.launch.reproduce; MemoryAgentBench only when its data is there), then tables, figures,
 # results/README.md.
 reproduce: $(STAMP) ## every paper experiment on the simulated backend, then tables and figures
-	$(BIN)/python -m runners.reproduce --results-dir results
+	$(BIN)/python -m runners.launch.reproduce --results-dir results
 	$(MAKE) figures
 
 # TEPA-Rev's rule switches, each flipped alone, and the literal rules on the drift and preference settings

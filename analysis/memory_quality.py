@@ -49,6 +49,13 @@ _NAN = float("nan")
 _UNAVAILABLE = (_NAN,) * len(EPISODE_COLUMNS)
 
 
+def is_stale(verdict: str, value: str, truth: str) -> bool:
+    """The rule: a retrieved line is *current* when its verdict agrees with the truth of its hop (VALID
+    and its value is the truth, or FAILED and its value is not), *stale* otherwise. The counts below are
+    this rule summed over an episode's lines, computed from the logged text without parsing it."""
+    return (verdict == "VALID") != (value == truth)
+
+
 def _plain_truth(truth: str) -> str | None:
     """The value of a one-hop `truth` text that is a plain JSON string (no escapes), else None."""
     if truth.startswith('["') and truth.endswith('"]') and truth.count('"') == 2 and "\\" not in truth:

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from analysis.__main__ import main
-from analysis.data.integrity import file_record
 from analysis.data.load import load_runs
+from analysis.data.logformat import file_record
 from analysis.report.tables import Table, interval, latex_escape, number, pvalue, to_latex, to_markdown
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from runners import reproduce
 from runners.bench import agent as bench_agent
 from runners.bench import memory as bench_memory
 from runners.bench import suite as bench
+from runners.launch import reproduce
+from runners.launch.reproduce import Step
 from runners.registry import build_memory
-from runners.reproduce import Step
 from tepa.evidence import Evidence
 from tepa.tepa_full import TEPAFull
 from tests.helpers.shared_data import DATA_DIR
@@ -166,7 +166,7 @@ def test_scaling_reports_costs_and_slopes_per_method():
 
 def test_reproduce_times_what_the_makefile_runs():
     recipe = (ROOT / "Makefile").read_text().split("\nreproduce:")[1].split("\n\n")[0]
-    assert "$(BIN)/python -m runners.reproduce --results-dir results" in recipe
+    assert "$(BIN)/python -m runners.launch.reproduce --results-dir results" in recipe
     experiments, analysis = bench.reproduce_commands("/somewhere")
     assert experiments == reproduce.steps("/somewhere")
     assert analysis[1:] == ["-m", "analysis", "--runs", "/somewhere/runs", "--out", "/somewhere", "--quiet"]

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.data.integrity import EPISODES, META, file_record
+from analysis.data.logformat import EPISODES, META, file_record
 from analysis.inspect import main, timeline, timeline_title
 from analysis.report.timeline import busiest_key, read_lifecycle
 from envs.controlled_drift import ControlledDrift

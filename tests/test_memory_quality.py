@@ -21,8 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysis import memory_quality as mq
-from analysis.data.integrity import EPISODES
 from analysis.data.load import load_runs
+from analysis.data.logformat import EPISODES, parquet_bytes
 from analysis.metrics import OVERALL, analyse
 from analysis.record import SAMPLE
 from analysis.report.memory_report import section
@@ -31,7 +31,7 @@ from envs.base import EnvironmentBase, Outcome, Task
 from runners.agent.loop import run_stream
 from runners.agent.sample import evidence_json
 from runners.llm.backend import Reply, Request
-from runners.runlog import StreamLog, parquet_bytes
+from runners.store.runlog import StreamLog
 from tepa.evidence import Evidence, Observation
 
 

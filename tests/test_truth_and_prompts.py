@@ -18,8 +18,8 @@ from envs.memoryagentbench.env import MemoryAgentBench
 from envs.preference_stream import PreferenceStream
 from runners.compose import compose_config
 from runners.config import validate
-from runners.identity import stream_identity, variant_of
 from runners.run import CONF_DIR
+from runners.store.identity import stream_identity, variant_of
 from tests.helpers.runner import run_overrides
 from tests.helpers.shared_data import require_data
 from tests.test_env_protocol import Toy

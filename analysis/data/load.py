@@ -7,7 +7,7 @@ the episode rows, not from the path. Directories the runner moved aside (`seed=0
 runs.
 
 A run is trusted only once its files verify against the checksums its meta.json records
-(`analysis.data.integrity.verify`, the runner's own check) and its episode columns pass
+(`analysis.data.logformat.verify`, the runner's own check) and its episode columns pass
 `analysis.data.validate.check_episodes`. Otherwise the analysis stops with one ValueError naming the file
 (and the column) and what is wrong, before anything is written: rerunning the experiment's command
 moves a damaged stream aside and redoes it.
@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from analysis import memory_quality
-from analysis.data import integrity
+from analysis.data import logformat
 from analysis.data.validate import check_episodes
 from analysis.record import COUNTERS, STATE_COUNTS
 from analysis.record import LABELS as RUN_LABELS
@@ -91,11 +91,6 @@ def flatten(mapping: dict, prefix: str = "") -> dict[str, object]:
     return flat
 
 
-def read_meta(run_dir: Path) -> dict:
-    """meta.json of a run, or {} when it is missing or unreadable (a run still being written)."""
-    return integrity.read_meta(run_dir) or {}
-
-
 def find_runs(root: str | Path) -> list[Path]:
     """Complete run directories under `root`, in sorted (deterministic) order.
 
@@ -106,12 +101,12 @@ def find_runs(root: str | Path) -> list[Path]:
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"root: {root} is not a directory")
-    metas = root.rglob(integrity.META)
-    candidates = sorted(p.parent for p in metas if not integrity.is_aside(p.parent.relative_to(root)))
+    metas = root.rglob(logformat.META)
+    candidates = sorted(p.parent for p in metas if not logformat.is_aside(p.parent.relative_to(root)))
     complete = []
     for run_dir in candidates:
         try:
-            meta = integrity.load_meta(run_dir)
+            meta = logformat.load_meta(run_dir)
         except ValueError as error:
             raise ValueError(f"{error}; rerun its experiment to redo it") from None
         if meta.get("complete") is True:
@@ -220,8 +215,8 @@ def _check_unique(runs: pd.DataFrame) -> None:
 
 def _read_run(root: Path, run_dir: Path) -> tuple[str, tuple[pa.Table, str], dict[str, int], dict]:
     """A run's files, verified (see the module docstring); a ValueError names what cannot be trusted."""
-    meta = read_meta(run_dir)
-    problem = integrity.verify(run_dir, meta)  # a run that records no checksums is not trusted either
+    meta = logformat.read_meta(run_dir) or {}
+    problem = logformat.verify(run_dir, meta)  # a run that records no checksums is not trusted either
     if problem is not None:
         raise ValueError(f"{problem}; rerun its experiment to redo it")
     try:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.data.integrity import read_file
+from analysis.data.logformat import read_file
 from analysis.metrics import Analysis
 from analysis.report.figures import FigureFile
 from analysis.report.tables import Table

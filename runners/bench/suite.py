@@ -35,10 +35,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from analysis.data.integrity import META, read_meta, verify
-from runners import reproduce
+from analysis.data.logformat import META, read_meta, verify
 from runners.bench import agent as bench_agent
 from runners.bench import memory as bench_memory
+from runners.launch import reproduce
 from runners.registry import build_memory
 from runners.run import PROJECT_ROOT
 
@@ -188,7 +188,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = lambda msg: None)
 
 def reproduce_commands(results_dir: str) -> tuple[list[reproduce.Step], list[str]]:
     """The Makefile's `reproduce` recipe with this interpreter and another results_dir: the experiments
-    (`runners.reproduce`, run side by side) and then the analysis' command."""
+    (`runners.launch.reproduce`, run side by side) and then the analysis' command."""
     analysis = [
         sys.executable,
         "-m",
@@ -254,7 +254,7 @@ def _children_cpu() -> float:
 
 
 def time_verification(runs: Path) -> dict[str, Any]:
-    """Time `analysis.data.integrity.verify` over every complete stream under `runs` (each file read and
+    """Time `analysis.data.logformat.verify` over every complete stream under `runs` (each file read and
     hashed once, as a rerun or the analysis does); raises if any stream fails."""
     start = time.perf_counter()
     streams, size = 0, 0
