@@ -16,6 +16,7 @@ import pytest
 
 from analysis.data.logformat import EPISODES, META, file_record
 from analysis.inspect import main, timeline, timeline_title
+from analysis.record import SAMPLE
 from analysis.report.timeline import busiest_key, read_lifecycle
 from envs.controlled_drift import ControlledDrift
 from runners.agent.replay import replay_decision
@@ -35,7 +36,7 @@ class RecordingBackend(SimulatedBackend):
         return await super().complete(request)
 
 
-def run_recorded(results: Path, env: str, memory: str) -> tuple[Path, list[Request]]:
+def run_recorded(results: Path, env: str, memory: str, *more: str) -> tuple[Path, list[Request]]:
     RecordingBackend.sent = []
     overrides = [
         f"results_dir={results}",
@@ -44,6 +45,7 @@ def run_recorded(results: Path, env: str, memory: str) -> tuple[Path, list[Reque
         f"memory={memory}",
         "seed=3",
         f"llm._target_={__name__}.RecordingBackend",
+        *more,
     ]
     summary = run_overrides(*overrides)
     return summary.streams[0].directory, list(RecordingBackend.sent)
@@ -62,7 +64,7 @@ def test_the_inspector_rebuilds_every_prompt_the_run_sent(tmp_path, env, memory)
 
 
 def test_the_inspector_prints_prompt_reply_outcome_and_precedents(tmp_path, capsys):
-    run_dir, sent = run_recorded(tmp_path, "controlled_drift", "tepa_rev")
+    run_dir, sent = run_recorded(tmp_path, "controlled_drift", "tepa_rev", "log_prompts=true")
     out = tmp_path / "figure.png"
     assert main([str(run_dir), "--t", "12", "--timeline", "--out", str(out)]) == 0
     text = capsys.readouterr().out
@@ -157,6 +159,11 @@ def with_samples(prompt: bool):
     return change
 
 
+def without_samples(rows):
+    """The rows as a log written before episodes recorded what their prompt held."""
+    return [{k: v for k, v in r.items() if k not in SAMPLE} for r in rows]
+
+
 def unbuildable(run_dir: Path) -> None:
     """meta.json's config names a class that does not import here (as without its PYTHONPATH)."""
     meta = json.loads((run_dir / META).read_text())
@@ -201,6 +208,7 @@ def test_the_inspector_escapes_terminal_control_characters_of_a_reply(tmp_path, 
 
 def test_a_run_whose_class_does_not_import_here_is_reported_without_its_prompt_in_one_line(tmp_path, capsys):
     run_dir = tiny_stream(tmp_path, "memory=tepa_rev")
+    rewrite_log(run_dir, without_samples)  # an older log: only a replay could show its prompt
     unbuildable(run_dir)
     assert main([str(run_dir), "--t", "9"]) == 0
     out, err = capsys.readouterr()
@@ -214,6 +222,7 @@ def test_the_inspector_refuses_to_rebuild_a_prompt_from_data_that_changed_since_
     data.write_text("the facts the run read")
     target = f"env._target_={__name__}.FileDrift"
     run_dir = tiny_stream(tmp_path, "env=custom", target, f"+env.data_file={data}", "memory=tepa_rev")
+    rewrite_log(run_dir, without_samples)  # an older log: only a replay could show its prompt
     assert main([str(run_dir), "--t", "9"]) == 0
     assert "(rebuilt by replay)" in capsys.readouterr().out  # the same data: rebuilt
     data.write_text("facts edited since")
