@@ -254,7 +254,7 @@ async def run_stream(
             memory.observe(obs)
         if outcome.feedback:
             used = [e for e in d.evidence if e.value == d.action] if d.action else []
-            memory.feedback(used, outcome.success, task.t)
+            memory.feedback(used, outcome.told, task.t)
         snap = memory.snapshot()
         last = d.replies[-1]
         hops = d.replies if len(d.replies) > 1 else None  # totals over hops; one reply is its own total
