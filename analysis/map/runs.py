@@ -150,7 +150,7 @@ def _summary(run_dir: Path, spec: dict[str, Any], cells: list[dict[str, float]])
     problem = integrity.verify(run_dir, meta) if "files" in meta else None
     if problem is not None:
         raise ValueError(f"{problem}; rerun the map to redo it")
-    table = pq.read_table(run_dir / "episodes.parquet", columns=["phase", "success", "prompt_tokens"])
+    table = pq.read_table(run_dir / "episodes.parquet", columns=["phase", "success", "prompt_tokens", "revocations"])
     success = table["success"].cast("int64")
     row: dict[str, Any] = {
         "method": method,
@@ -159,6 +159,7 @@ def _summary(run_dir: Path, spec: dict[str, Any], cells: list[dict[str, float]])
         "params": params_key(params),
         "success": pc.mean(success).as_py(),
         "tokens": pc.mean(table["prompt_tokens"]).as_py(),
+        "revocations": int(pc.max(table["revocations"]).as_py() or 0),  # a cumulative counter
     }
     phases = table["phase"].to_pylist()
     by_phase: dict[str, list[int]] = {}
