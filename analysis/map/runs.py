@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -27,6 +28,8 @@ from analysis.data.load import find_runs
 #: Keys of a logged memory config that are not the method's parameters.
 _NOT_PARAMS = frozenset({"_target_", "display", "label"})
 _READERS = 4
+#: TEPA's revocation rules, as the first word of a revocation's reason names them.
+RULES = ("posterior", "recent")
 
 
 def read_map(path: str | Path) -> dict[str, Any]:
@@ -150,7 +153,8 @@ def _summary(run_dir: Path, spec: dict[str, Any], cells: list[dict[str, float]])
     problem = integrity.verify(run_dir, meta) if "files" in meta else None
     if problem is not None:
         raise ValueError(f"{problem}; rerun the map to redo it")
-    table = pq.read_table(run_dir / "episodes.parquet", columns=["phase", "success", "prompt_tokens", "revocations"])
+    columns = ["t", "key", "correct", "phase", "success", "prompt_tokens", "revocations"]
+    table = pq.read_table(run_dir / "episodes.parquet", columns=columns)
     success = table["success"].cast("int64")
     row: dict[str, Any] = {
         "method": method,
@@ -166,4 +170,29 @@ def _summary(run_dir: Path, spec: dict[str, Any], cells: list[dict[str, float]])
     for phase, ok in zip(phases, success.to_pylist(), strict=True):
         by_phase.setdefault(phase, []).append(ok)
     row.update({f"success.{phase}": sum(v) / len(v) for phase, v in by_phase.items()})
+    row.update(_revocations(run_dir, table))
     return row
+
+
+def _revocations(run_dir: Path, table: pa.Table) -> dict[str, int]:
+    """Revocations by rule (`posterior`, `recent`: the first word of the event's reason) and how many of
+    them revoked a *good* precedent: its value was the right action of its key at that episode (the
+    episode's `correct`; a revocation happens in the feedback of an episode of its key)."""
+    counts = {f"revoked.{rule}": 0 for rule in RULES} | {f"revoked_good.{rule}": 0 for rule in RULES}
+    path = run_dir / "archive.jsonl"
+    if not path.is_file() or path.stat().st_size == 0:
+        return counts
+    correct = dict(zip(table["t"].to_pylist(), table["correct"].to_pylist(), strict=True))
+    with path.open(encoding="utf-8") as lines:
+        for line in lines:
+            if '"revoked"' not in line:
+                continue
+            event = json.loads(line)
+            if event.get("event") != "revoked":
+                continue
+            rule = str(event.get("reason", "")).split(":", 1)[0]
+            if rule not in RULES:
+                continue
+            counts[f"revoked.{rule}"] += 1
+            counts[f"revoked_good.{rule}"] += int(correct.get(event.get("t")) == event.get("value"))
+    return counts

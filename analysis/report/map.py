@@ -32,7 +32,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
-from analysis.map.runs import choose, evaluation
+from analysis.map.runs import RULES, choose, evaluation
 from analysis.metrics import method_label, sorted_methods
 from analysis.report.tables import Table, interval, number, pvalue
 from analysis.stats import holm, mean_cis, paired_comparisons
@@ -121,6 +121,8 @@ def _success(ev: pd.DataFrame, chosen: dict, spec: dict[str, Any]) -> pd.DataFra
                 "tokens": float(g["tokens"].mean()),
                 "full_reversal": float(g[full].mean()) if full in g else math.nan,
                 "revocations": float(g["revocations"].mean()),
+                **{f"{kind}.{rule}": float(g[f"{kind}.{rule}"].mean()) for kind in ("revoked", "revoked_good")
+                   for rule in RULES},  # fmt: skip
                 "params": ", ".join(f"{k}={v}" for k, v in params.items()),
             }
         )
@@ -401,3 +403,192 @@ def figures(result: MapResult) -> dict[str, bytes]:
     out["map_winners.png"] = _winner_map(result)
     out["map_success_vs_noise.png"] = _noise_curve(result)
     return out
+
+
+# ------------------------------------------------------------------------------------------ summary
+
+
+def _paper_cell(result: MapResult) -> int | None:
+    """The paper's point: no noise and no random reversals."""
+    return next((i for i, c in enumerate(result.cells) if all(v == 0 for v in c.values())), None)
+
+
+def _verdicts(result: MapResult, target: str, setting: str) -> dict[str, list[int]]:
+    adv = result.advantage[(result.advantage["target"] == target) & (result.advantage["setting"] == setting)]
+    return {v: list(adv.loc[adv["verdict"] == v, "cell"]) for v in ("wins", "matches", "loses")}
+
+
+def _cells_text(result: MapResult, cells: list[int], limit: int = 6) -> str:
+    shown = "; ".join(cell_text(result.cells[c]) for c in cells[:limit])
+    return shown + (f"; and {len(cells) - limit} more" if len(cells) > limit else "")
+
+
+def summary(result: MapResult) -> list[str]:
+    """The findings as markdown bullets, every number computed here from the map's runs."""
+    r, lines = result, []
+    n = len(r.cells)
+    seeds = len(r.spec["eval_seeds"])
+    adv = r.advantage
+    paper = _paper_cell(r)
+    for target in TARGETS:
+        if target not in set(adv["target"]):
+            continue
+        for setting in ("tuned", "defaults"):
+            v = _verdicts(r, target, setting)
+            rows = adv[(adv["target"] == target) & (adv["setting"] == setting)]
+            text = (
+                f"**{method_label(target)} ({setting}) against the best {setting} simple baseline**, {n} cells, "
+                f"{seeds} evaluation seeds: wins in {len(v['wins'])}, matches in {len(v['matches'])}, "
+                f"loses in {len(v['loses'])} (Holm-corrected sign-flip p < {ALPHA}); mean difference "
+                f"{number(rows['diff'].mean(), signed=True)} (range {number(rows['diff'].min(), signed=True)} to "
+                f"{number(rows['diff'].max(), signed=True)})."
+            )
+            if v["wins"]:
+                text += f" Wins: {_cells_text(r, v['wins'])}."
+            if v["loses"]:
+                best = rows[rows["verdict"] == "loses"]["best"].value_counts()
+                text += (
+                    f" Loses: {_cells_text(r, v['loses'])}; the rule that beats it there: "
+                    + ", ".join(f"{method_label(m)} ({k})" for m, k in best.items())
+                    + "."
+                )
+            lines.append(text)
+    if paper is not None:
+        at = adv[(adv["cell"] == paper) & (adv["setting"] == "tuned")]
+        for row in at.itertuples():
+            lines.append(
+                f"At the paper's point (no noise, no random reversals), tuned: {method_label(row.target)} minus "
+                f"{method_label(row.best)} is {interval(row.diff, row.low, row.high, signed=True)} "
+                f"(Holm p {pvalue(row.p_holm)}: {row.verdict})."
+            )
+    tuned_winners = r.winners[r.winners["setting"] == "tuned"]["winner"].value_counts()
+    lines.append(
+        "**Winner per cell** (tuned, non-oracle): "
+        + ", ".join(f"{method_label(m)} {k}" for m, k in tuned_winners.items())
+        + f" of {n} cells."
+    )
+    lines += _why(r)
+    lines += _cost(r)
+    lines += _hypothesis_text(r)
+    return [f"- {line}" for line in lines]
+
+
+def _curve(result: MapResult, method: str, setting: str, column: str = "success") -> list[tuple[float, float]]:
+    s = result.success[(result.success["setting"] == setting) & (result.success["method"] == method)]
+    out = []
+    for i, c in enumerate(result.cells):
+        if "env.noise" in c and all(v == 0 for k, v in c.items() if k != "env.noise"):
+            row = s[s["cell"] == i]
+            if len(row):
+                out.append((c["env.noise"], float(row.iloc[0][column])))
+    return out
+
+
+def _why(result: MapResult) -> list[str]:
+    """Revocations and the tuning gain of TEPA-Rev along noise at no random reversals."""
+    lines = []
+    by_rule = {
+        rule: (_curve(result, "tepa_rev", "defaults", f"revoked.{rule}"),
+               _curve(result, "tepa_rev", "defaults", f"revoked_good.{rule}"))
+        for rule in RULES
+    }  # fmt: skip
+    if len(by_rule[RULES[0]][0]) > 1:
+        parts = []
+        for rule, (all_, good) in by_rule.items():
+            parts.append(
+                f"the {rule} rule revokes "
+                + ", ".join(f"{a:.1f} ({g:.1f} good)" for (_, a), (_, g) in zip(all_, good, strict=True))
+            )
+        noise = ", ".join(f"{x:g}" for x, _ in by_rule[RULES[0]][0])
+        lines.append(
+            f"**Why, along noise (no random reversals)**: per stream, TEPA-Rev at its defaults at noise {noise}: "
+            + "; ".join(parts)
+            + " precedents (good: the precedent's action was right at that episode, i.e. a misreported "
+            "failure revoked it)."
+        )
+    tuned = dict(_curve(result, "tepa_rev", "tuned"))
+    default = dict(_curve(result, "tepa_rev", "defaults"))
+    chosen = result.success[(result.success["setting"] == "tuned") & (result.success["method"] == "tepa_rev")]
+    params = {int(r.cell): r.params for r in chosen.itertuples()}
+    if tuned and default:
+        cells = {c["env.noise"]: i for i, c in enumerate(result.cells)
+                 if all(v == 0 for k, v in c.items() if k != "env.noise")}  # fmt: skip
+        lines.append(
+            "Tuning TEPA-Rev's n_min / theta_rev / theta_rec per cell changes its success by "
+            + ", ".join(
+                f"{number(tuned[x] - default[x], signed=True)} at noise {x:g} ({params.get(cells[x]) or 'defaults'})"
+                for x in sorted(tuned)
+                if x in default
+            )
+            + "."
+        )
+    return lines
+
+
+def _cost(result: MapResult) -> list[str]:
+    tuned = result.success[(result.success["setting"] == "tuned") & ~result.success["method"].isin(ORACLES)]
+    median = tuned.groupby("method")["tokens"].median()
+    dominated = result.frontier.assign(dom=result.frontier["dominated_by"] != "").groupby("method")["dom"].sum()
+    n = len(result.cells)
+    lines = [
+        "**Cost** (median prompt tokens per decision over the cells, tuned): "
+        + ", ".join(f"{method_label(m)} {median[m]:.0f}" for m in sorted_methods(median.index))
+        + ". Dominated (another method at least as good for at most its tokens) in: "
+        + ", ".join(f"{method_label(m)} {int(dominated.get(m, 0))}/{n}" for m in sorted_methods(dominated.index))
+        + " cells."
+    ]
+    counts = _budget_counts(result.budget)
+    parts = []
+    for budget in BUDGETS:
+        won = {m: k for (b, m), k in counts.items() if b == budget}
+        if won:
+            parts.append(
+                f"{_budget_text(budget)} tokens: "
+                + ", ".join(f"{method_label(m)} {k}" for m, k in sorted(won.items(), key=lambda x: -x[1]))
+            )
+    lines.append("**Under an equal prompt budget** (cells won): " + "; ".join(parts) + ".")
+    return lines
+
+
+def _hypothesis_text(result: MapResult) -> list[str]:
+    h = result.hypothesis
+    if h.empty:
+        return []
+    all_near = h.groupby("noise")["near"].all()
+    levels = [x for x, ok in all_near.items() if ok]
+    per_noise = "; ".join(
+        f"noise {x:g}: " + ", ".join(f"{method_label(r.method)} {r.ours:.3f}" for r in g.itertuples())
+        for x, g in h.groupby("noise")
+    )
+    answer = (
+        f"yes, at noise {', '.join(f'{x:g}' for x in levels)}"
+        if levels
+        else f"no: at no noise level of the map are all four within {NEAR} of the paper"
+    )
+    return [
+        "**The paper's full-reversal numbers under noise** (hypothesis, defaults, no random reversals; the paper: "
+        + ", ".join(f"{method_label(m)} {v:.3f}" for m, v in PAPER_FULL_REVERSAL.items())
+        + f"): {answer}. Ours after the full reversal: {per_noise}."
+    ]
+
+
+def readme(result: MapResult, figures_written: list[str]) -> str:
+    """results/map/README.md: the summary, then every table and figure."""
+    parts = [
+        "# Robustness map: when does revocation pay?\n",
+        f"Generated by `make map` from the runs of experiment `{result.spec['experiment']}` "
+        f"({len(result.cells)} cells: " + " x ".join(
+            f"{k.removeprefix('env.')} {', '.join(f'{v:g}' for v in vals)}" for k, vals in result.spec["axes"].items()
+        ) + f"; tuning seeds {result.spec['tuning_seeds']}, evaluation seeds {result.spec['eval_seeds']}). "
+        "Terms as defined in `analysis/report/map.py`.\n",
+        "## Findings\n",
+        *summary(result),
+        "",
+        "## Figures\n",
+        *(f"![{name}](figures/{name})" for name in figures_written),
+        "",
+        "## Tables\n",
+        *(f"- [{t.title}](tables/{t.name}.md)" for t in tables(result)),
+        "",
+    ]
+    return "\n".join(parts)
