@@ -238,7 +238,11 @@ def _split_overrides(
             raise ConfigError(f"{text}: {str(exc).splitlines()[0]}") from None
         key = override.key_or_group
         if override.is_sweep_override() or key in sweep_keys or key == "memory":
-            swept[key] = list(override.sweep_string_iterator())
+            swept[key] = (
+                list(override.sweep_string_iterator())
+                if override.is_sweep_override()
+                else [override.get_value_element_as_str()]
+            )
         elif key.startswith("hydra"):
             forward.append(text)
         else:
