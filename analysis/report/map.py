@@ -121,8 +121,11 @@ def _success(ev: pd.DataFrame, chosen: dict, spec: dict[str, Any]) -> pd.DataFra
                 "tokens": float(g["tokens"].mean()),
                 "full_reversal": float(g[full].mean()) if full in g else math.nan,
                 "revocations": float(g["revocations"].mean()),
-                **{f"{kind}.{rule}": float(g[f"{kind}.{rule}"].mean()) for kind in ("revoked", "revoked_good")
-                   for rule in RULES},  # fmt: skip
+                **{
+                    f"{kind}.{rule}": float(g[f"{kind}.{rule}"].mean())
+                    for kind in ("revoked", "revoked_good")
+                    for rule in RULES
+                },  # fmt: skip
                 "params": ", ".join(f"{k}={v}" for k, v in params.items()),
             }
         )
@@ -146,7 +149,9 @@ def _advantage(ev: pd.DataFrame, success: pd.DataFrame, spec: dict, cells: list)
                 pairs.append((a[seeds].to_numpy(), b[seeds].to_numpy()))
                 rows.append({"setting": setting, "target": target, "cell": cell, "best": best})
     if not rows:
-        return pd.DataFrame(columns=["setting", "target", "cell", "best", "diff", "low", "high", "p", "p_holm"])
+        return pd.DataFrame(
+            columns=["setting", "target", "cell", "best", "diff", "low", "high", "p", "p_holm"]
+        )
     frame = pd.DataFrame(rows)
     comparisons = paired_comparisons(pairs)
     frame["n"] = [c.n for c in comparisons]
@@ -211,7 +216,9 @@ def _budget(success: pd.DataFrame) -> pd.DataFrame:
     for budget in BUDGETS:
         for cell, s in tuned.groupby("cell"):
             within = s[s["tokens"] <= budget]
-            winner = within.sort_values("success", ascending=False, kind="stable").iloc[0] if len(within) else None
+            winner = (
+                within.sort_values("success", ascending=False, kind="stable").iloc[0] if len(within) else None
+            )
             rows.append(
                 {
                     "budget": budget,
@@ -235,8 +242,13 @@ def _hypothesis(success: pd.DataFrame, cells: list[dict[str, float]]) -> pd.Data
             if method in s.index:
                 ours = float(s.loc[method, "full_reversal"])
                 rows.append(
-                    {"noise": cell["env.noise"], "method": method, "ours": ours, "paper": paper,
-                     "near": abs(ours - paper) <= NEAR}  # fmt: skip
+                    {
+                        "noise": cell["env.noise"],
+                        "method": method,
+                        "ours": ours,
+                        "paper": paper,
+                        "near": abs(ours - paper) <= NEAR,
+                    }  # fmt: skip
                 )
     return pd.DataFrame(rows)
 
@@ -250,50 +262,131 @@ def tables(result: MapResult) -> list[Table]:
     cell_of = {i: cell_text(c) for i, c in enumerate(r.cells)}
     s = r.success.assign(cell_text=r.success["cell"].map(cell_of))
     success_rows = [
-        [row.cell_text, method_label(row.method), row.setting, interval(row.success, row.low, row.high),
-         number(row.tokens, 1), number(row.revocations, 1), row.params or "defaults"]  # fmt: skip
+        [
+            row.cell_text,
+            method_label(row.method),
+            row.setting,
+            interval(row.success, row.low, row.high),
+            number(row.tokens, 1),
+            number(row.revocations, 1),
+            row.params or "defaults",
+        ]  # fmt: skip
         for row in s.itertuples()
     ]
     adv = r.advantage.assign(cell_text=r.advantage["cell"].map(cell_of))
     adv_rows = [
-        [row.cell_text, method_label(row.target), row.setting, method_label(row.best),
-         interval(row.diff, row.low, row.high, signed=True), pvalue(row.p), pvalue(row.p_holm), row.verdict]  # fmt: skip
+        [
+            row.cell_text,
+            method_label(row.target),
+            row.setting,
+            method_label(row.best),
+            interval(row.diff, row.low, row.high, signed=True),
+            pvalue(row.p),
+            pvalue(row.p_holm),
+            row.verdict,
+        ]  # fmt: skip
         for row in adv.itertuples()
     ]
     win = r.winners.assign(cell_text=r.winners["cell"].map(cell_of))
     win_rows = [
-        [row.cell_text, row.setting, method_label(row.winner), number(row.success),
-         method_label(row.runner_up), number(row.margin, signed=True)]  # fmt: skip
+        [
+            row.cell_text,
+            row.setting,
+            method_label(row.winner),
+            number(row.success),
+            method_label(row.runner_up),
+            number(row.margin, signed=True),
+        ]  # fmt: skip
         for row in win.itertuples()
     ]
     fr = r.frontier.assign(cell_text=r.frontier["cell"].map(cell_of))
     fr_rows = [
-        [row.cell_text, method_label(row.method), number(row.success), number(row.tokens, 1),
-         ", ".join(method_label(m) for m in row.dominated_by.split(",") if m) or "on the frontier"]  # fmt: skip
+        [
+            row.cell_text,
+            method_label(row.method),
+            number(row.success),
+            number(row.tokens, 1),
+            ", ".join(method_label(m) for m in row.dominated_by.split(",") if m) or "on the frontier",
+        ]  # fmt: skip
         for row in fr.itertuples()
     ]
     bud = _budget_counts(r.budget)
-    bud_rows = [[_budget_text(b), *[str(bud.get((b, m), 0)) for m in _budget_methods(r.budget)]] for b in BUDGETS]
+    bud_rows = [
+        [_budget_text(b), *[str(bud.get((b, m), 0)) for m in _budget_methods(r.budget)]] for b in BUDGETS
+    ]
     hyp_rows = [
-        [number(row.noise, 2), method_label(row.method), number(row.ours), number(row.paper),
-         "yes" if row.near else "no"]  # fmt: skip
+        [
+            number(row.noise, 2),
+            method_label(row.method),
+            number(row.ours),
+            number(row.paper),
+            "yes" if row.near else "no",
+        ]  # fmt: skip
         for row in r.hypothesis.itertuples()
     ]
     return [
-        Table("map_success", "Robustness map: success per cell and method (evaluation seeds)",
-              ["Cell", "Method", "Setting", "Success [95% CI]", "Prompt tokens / decision", "Revocations / stream",
-               "Parameters"], success_rows, r.success, labels=3),  # fmt: skip
-        Table("map_advantage", "Robustness map: TEPA minus the best simple baseline per cell (paired, tuned and defaults)",
-              ["Cell", "TEPA", "Setting", "Best simple baseline", "Diff [95% CI]", "p (sign-flip)", "Holm p",
-               "Verdict"], adv_rows, r.advantage, labels=4),  # fmt: skip
-        Table("map_winners", "Robustness map: the best non-oracle method per cell",
-              ["Cell", "Setting", "Winner", "Success", "Runner-up", "Margin"], win_rows, r.winners),  # fmt: skip
-        Table("map_frontier", "Robustness map: success against prompt tokens per decision (tuned); who dominates whom",
-              ["Cell", "Method", "Success", "Prompt tokens / decision", "Dominated by"], fr_rows, r.frontier),  # fmt: skip
-        Table("map_budget", "Robustness map: cells won by each method under a prompt budget (tuned, tokens per decision)",
-              ["Budget", *[method_label(m) for m in _budget_methods(r.budget)]], bud_rows, r.budget, labels=1),  # fmt: skip
-        Table("map_noise_hypothesis", "Does one noise level bring the paper's full-reversal numbers? (defaults, no random reversals)",
-              ["Noise", "Method", "Ours (full reversal)", "Paper", f"Within {NEAR}"], hyp_rows, r.hypothesis),  # fmt: skip
+        Table(
+            "map_success",
+            "Robustness map: success per cell and method (evaluation seeds)",
+            [
+                "Cell",
+                "Method",
+                "Setting",
+                "Success [95% CI]",
+                "Prompt tokens / decision",
+                "Revocations / stream",
+                "Parameters",
+            ],
+            success_rows,
+            r.success,
+            labels=3,
+        ),  # fmt: skip
+        Table(
+            "map_advantage",
+            "Robustness map: TEPA minus the best simple baseline per cell (paired, tuned and defaults)",
+            [
+                "Cell",
+                "TEPA",
+                "Setting",
+                "Best simple baseline",
+                "Diff [95% CI]",
+                "p (sign-flip)",
+                "Holm p",
+                "Verdict",
+            ],
+            adv_rows,
+            r.advantage,
+            labels=4,
+        ),  # fmt: skip
+        Table(
+            "map_winners",
+            "Robustness map: the best non-oracle method per cell",
+            ["Cell", "Setting", "Winner", "Success", "Runner-up", "Margin"],
+            win_rows,
+            r.winners,
+        ),  # fmt: skip
+        Table(
+            "map_frontier",
+            "Robustness map: success against prompt tokens per decision (tuned); who dominates whom",
+            ["Cell", "Method", "Success", "Prompt tokens / decision", "Dominated by"],
+            fr_rows,
+            r.frontier,
+        ),  # fmt: skip
+        Table(
+            "map_budget",
+            "Robustness map: cells won by each method under a prompt budget (tuned, tokens per decision)",
+            ["Budget", *[method_label(m) for m in _budget_methods(r.budget)]],
+            bud_rows,
+            r.budget,
+            labels=1,
+        ),  # fmt: skip
+        Table(
+            "map_noise_hypothesis",
+            "Does one noise level bring the paper's full-reversal numbers? (defaults, no random reversals)",
+            ["Noise", "Method", "Ours (full reversal)", "Paper", f"Within {NEAR}"],
+            hyp_rows,
+            r.hypothesis,
+        ),  # fmt: skip
     ]
 
 
@@ -349,7 +442,9 @@ def _heatmap(result: MapResult, target: str, setting: str) -> bytes:
         ax.text(row.cell % cols, row.cell // cols, f"{row.diff:+.3f}{mark}\n{method_label(row.best)}",
                 ha="center", va="center", fontsize=6.5)  # fmt: skip
     _axes_labels(ax, result)
-    ax.set_title(f"{method_label(target)} minus the best simple baseline ({setting}); * Holm p < {ALPHA}", fontsize=9)
+    ax.set_title(
+        f"{method_label(target)} minus the best simple baseline ({setting}); * Holm p < {ALPHA}", fontsize=9
+    )
     return _png(fig)
 
 
@@ -371,12 +466,16 @@ def _winner_map(result: MapResult) -> bytes:
 
 
 def _noise_curve(result: MapResult) -> bytes:
-    cells = [(i, c) for i, c in enumerate(result.cells) if all(v == 0 for k, v in c.items() if k != "env.noise")]
+    cells = [
+        (i, c) for i, c in enumerate(result.cells) if all(v == 0 for k, v in c.items() if k != "env.noise")
+    ]
     fig = Figure(figsize=(6.4, 4.2))
     ax = fig.add_subplot()
     tuned = result.success[result.success["setting"] == "tuned"]
     for method in sorted_methods(tuned["method"].unique()):
-        points = [(c["env.noise"], tuned[(tuned["cell"] == i) & (tuned["method"] == method)]) for i, c in cells]
+        points = [
+            (c["env.noise"], tuned[(tuned["cell"] == i) & (tuned["method"] == method)]) for i, c in cells
+        ]
         points = [(x, s.iloc[0]) for x, s in points if len(s)]
         if not points:
             continue
@@ -473,7 +572,9 @@ def summary(result: MapResult) -> list[str]:
     return [f"- {line}" for line in lines]
 
 
-def _curve(result: MapResult, method: str, setting: str, column: str = "success") -> list[tuple[float, float]]:
+def _curve(
+    result: MapResult, method: str, setting: str, column: str = "success"
+) -> list[tuple[float, float]]:
     s = result.success[(result.success["setting"] == setting) & (result.success["method"] == method)]
     out = []
     for i, c in enumerate(result.cells):
@@ -528,13 +629,17 @@ def _why(result: MapResult) -> list[str]:
 def _cost(result: MapResult) -> list[str]:
     tuned = result.success[(result.success["setting"] == "tuned") & ~result.success["method"].isin(ORACLES)]
     median = tuned.groupby("method")["tokens"].median()
-    dominated = result.frontier.assign(dom=result.frontier["dominated_by"] != "").groupby("method")["dom"].sum()
+    dominated = (
+        result.frontier.assign(dom=result.frontier["dominated_by"] != "").groupby("method")["dom"].sum()
+    )
     n = len(result.cells)
     lines = [
         "**Cost** (median prompt tokens per decision over the cells, tuned): "
         + ", ".join(f"{method_label(m)} {median[m]:.0f}" for m in sorted_methods(median.index))
         + ". Dominated (another method at least as good for at most its tokens) in: "
-        + ", ".join(f"{method_label(m)} {int(dominated.get(m, 0))}/{n}" for m in sorted_methods(dominated.index))
+        + ", ".join(
+            f"{method_label(m)} {int(dominated.get(m, 0))}/{n}" for m in sorted_methods(dominated.index)
+        )
         + " cells."
     ]
     counts = _budget_counts(result.budget)
@@ -577,9 +682,12 @@ def readme(result: MapResult, figures_written: list[str]) -> str:
     parts = [
         "# Robustness map: when does revocation pay?\n",
         f"Generated by `make map` from the runs of experiment `{result.spec['experiment']}` "
-        f"({len(result.cells)} cells: " + " x ".join(
-            f"{k.removeprefix('env.')} {', '.join(f'{v:g}' for v in vals)}" for k, vals in result.spec["axes"].items()
-        ) + f"; tuning seeds {result.spec['tuning_seeds']}, evaluation seeds {result.spec['eval_seeds']}). "
+        f"({len(result.cells)} cells: "
+        + " x ".join(
+            f"{k.removeprefix('env.')} {', '.join(f'{v:g}' for v in vals)}"
+            for k, vals in result.spec["axes"].items()
+        )
+        + f"; tuning seeds {result.spec['tuning_seeds']}, evaluation seeds {result.spec['eval_seeds']}). "
         "Terms as defined in `analysis/report/map.py`.\n",
         "## Findings\n",
         *summary(result),
