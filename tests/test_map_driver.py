@@ -17,9 +17,9 @@ def test_a_tiny_map_runs_both_stages_is_analysed_and_resumes(tmp_path, capfd):
         encoding="utf-8",
     )
     out = tmp_path / "map"
-    args = ["--map", str(declaration), "memory=reactive,tepa_rev", "env.noise=0,0.2", "env.reversal_rate=0.01",
-            "env.phase_length=10", "seeds=[0,1]", f"results_dir={out}", "progress=false",
-            "hydra/launcher=basic"]  # fmt: skip
+    args = ["--map", str(declaration), "memory=reactive,tepa_rev", "env.noise=0,0.2",
+            "env.reversal_rate=0.01", "env.phase_length=10", "seeds=[0,1]", f"results_dir={out}",
+            "progress=false", "hydra/launcher=basic"]  # fmt: skip
     assert run_map(args) == 0
     metas = sorted(out.rglob(META))
     seeds = [json.loads(m.read_text())["seed"] for m in metas]

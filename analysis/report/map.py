@@ -23,7 +23,6 @@ from __future__ import annotations
 import io
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -537,11 +536,11 @@ def summary(result: MapResult) -> list[str]:
             v = _verdicts(r, target, setting)
             rows = adv[(adv["target"] == target) & (adv["setting"] == setting)]
             text = (
-                f"**{method_label(target)} ({setting}) against the best {setting} simple baseline**, {n} cells, "
-                f"{seeds} evaluation seeds: wins in {len(v['wins'])}, matches in {len(v['matches'])}, "
-                f"loses in {len(v['loses'])} (Holm-corrected sign-flip p < {ALPHA}); mean difference "
-                f"{number(rows['diff'].mean(), signed=True)} (range {number(rows['diff'].min(), signed=True)} to "
-                f"{number(rows['diff'].max(), signed=True)})."
+                f"**{method_label(target)} ({setting}) against the best {setting} simple baseline**, "
+                f"{n} cells, {seeds} evaluation seeds: wins in {len(v['wins'])}, "
+                f"matches in {len(v['matches'])}, loses in {len(v['loses'])} (Holm-corrected sign-flip p < {ALPHA}); mean difference "
+                f"{number(rows['diff'].mean(), signed=True)} (range "
+                f"{number(rows['diff'].min(), signed=True)} to {number(rows['diff'].max(), signed=True)})."
             )
             if v["wins"]:
                 text += f" Wins: {_cells_text(r, v['wins'])}."
@@ -557,8 +556,9 @@ def summary(result: MapResult) -> list[str]:
         at = adv[(adv["cell"] == paper) & (adv["setting"] == "tuned")]
         for row in at.itertuples():
             lines.append(
-                f"At the paper's point (no noise, no random reversals), tuned: {method_label(row.target)} minus "
-                f"{method_label(row.best)} is {interval(row.diff, row.low, row.high, signed=True)} "
+                "At the paper's point (no noise, no random reversals), tuned: "
+                f"{method_label(row.target)} minus {method_label(row.best)} is "
+                f"{interval(row.diff, row.low, row.high, signed=True)} "
                 f"(Holm p {pvalue(row.p_holm)}: {row.verdict})."
             )
     tuned_winners = r.winners[r.winners["setting"] == "tuned"]["winner"].value_counts()
@@ -603,7 +603,8 @@ def _why(result: MapResult) -> list[str]:
             )
         noise = ", ".join(f"{x:g}" for x, _ in by_rule[RULES[0]][0])
         lines.append(
-            f"**Why, along noise (no random reversals)**: per stream, TEPA-Rev at its defaults at noise {noise}: "
+            "**Why, along noise (no random reversals)**: per stream, TEPA-Rev at its defaults at noise "
+            f"{noise}: "
             + "; ".join(parts)
             + " precedents (good: the precedent's action was right at that episode, i.e. a misreported "
             "failure revoked it)."
@@ -618,7 +619,8 @@ def _why(result: MapResult) -> list[str]:
         lines.append(
             "Tuning TEPA-Rev's n_min / theta_rev / theta_rec per cell changes its success by "
             + ", ".join(
-                f"{number(tuned[x] - default[x], signed=True)} at noise {x:g} ({params.get(cells[x]) or 'defaults'})"
+                f"{number(tuned[x] - default[x], signed=True)} at noise {x:g} "
+                f"({params.get(cells[x]) or 'defaults'})"
                 for x in sorted(tuned)
                 if x in default
             )
@@ -672,7 +674,8 @@ def _hypothesis_text(result: MapResult) -> list[str]:
         else f"no: at no noise level of the map are all four within {NEAR} of the paper"
     )
     return [
-        "**The paper's full-reversal numbers under noise** (hypothesis, defaults, no random reversals; the paper: "
+        "**The paper's full-reversal numbers under noise** (hypothesis, defaults, no random reversals; "
+        "the paper: "
         + ", ".join(f"{method_label(m)} {v:.3f}" for m, v in PAPER_FULL_REVERSAL.items())
         + f"): {answer}. Ours after the full reversal: {per_noise}."
     ]

@@ -36,9 +36,9 @@ from typing import Any
 
 from analysis.data.integrity import META, read_meta, verify
 from runners import reproduce
-from runners.bench.map_timing import MAP_BUDGET_S, time_map
 from runners.bench import agent as bench_agent
 from runners.bench import memory as bench_memory
+from runners.bench.map_timing import MAP_BUDGET_S, time_map
 from runners.registry import build_memory
 from runners.run import PROJECT_ROOT
 
@@ -380,7 +380,9 @@ def render_markdown(report: dict[str, Any]) -> str:
     if "skipped" in robustness:
         out += ["", f"`make map`: not timed ({robustness['skipped']})."]
     elif robustness:
-        total = f"{robustness['wall_s']:g} s" if "wall_s" in robustness else f"failed ({robustness['failed']})"
+        total = (
+            f"{robustness['wall_s']:g} s" if "wall_s" in robustness else f"failed ({robustness['failed']})"
+        )
         steps = ", ".join(f"{k} {v:g} s" for k, v in robustness["steps_s"].items())
         cpu = f"; {robustness['cpu_s']:g} CPU seconds" if robustness.get("cpu_s") is not None else ""
         out += ["", f"`make map` wall time: {total} ({steps}{cpu}; budget {MAP_BUDGET_S} s)."]
