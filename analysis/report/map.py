@@ -538,7 +538,8 @@ def summary(result: MapResult) -> list[str]:
             text = (
                 f"**{method_label(target)} ({setting}) against the best {setting} simple baseline**, "
                 f"{n} cells, {seeds} evaluation seeds: wins in {len(v['wins'])}, "
-                f"matches in {len(v['matches'])}, loses in {len(v['loses'])} (Holm-corrected sign-flip p < {ALPHA}); mean difference "
+                f"matches in {len(v['matches'])}, loses in {len(v['loses'])} "
+                f"(Holm-corrected sign-flip p < {ALPHA}); mean difference "
                 f"{number(rows['diff'].mean(), signed=True)} (range "
                 f"{number(rows['diff'].min(), signed=True)} to {number(rows['diff'].max(), signed=True)})."
             )
