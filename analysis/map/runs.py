@@ -51,7 +51,7 @@ def summarise(root: str | Path, spec: dict[str, Any]) -> pd.DataFrame:
     (params_key of the full memory parameters), the mean success overall and per phase (`success`,
     `success.<phase>`) and the mean prompt tokens per decision (`tokens`)."""
     root = Path(root)
-    cells = _cells(spec)
+    cells = grid_cells(spec["axes"])
     with ThreadPoolExecutor(max_workers=_READERS) as pool:
         rows = [r for r in pool.map(lambda d: _summary(d, spec, cells), find_runs(root)) if r is not None]
     columns = ["method", "cell", "seed", "params", "success", "tokens"]
@@ -66,15 +66,23 @@ def point_params(spec: dict[str, Any], method: str, point: dict[str, Any]) -> st
     return params_key({**spec["memory_defaults"][method], **point})
 
 
-def grid_points(spec: dict[str, Any], method: str) -> list[dict[str, Any]]:
-    """A method's tuning grid points in declaration order (none when it is not tuned)."""
-    grid = spec["tune"].get(method) or {}
+def grid_points(grid: dict[str, list[Any]] | None) -> list[dict[str, Any]]:
+    """A tuning grid's points (param -> value) in declaration order, the last parameter varying fastest;
+    none for no grid."""
     if not grid:
         return []
-    points = [{}]
+    points: list[dict[str, Any]] = [{}]
     for param, values in grid.items():
         points = [{**p, param: v} for p in points for v in values]
     return points
+
+
+def grid_cells(axes: dict[str, list[float]]) -> list[dict[str, float]]:
+    """The grid's cells (env key -> value) in grid order, the last axis varying fastest."""
+    cells: list[dict[str, float]] = [{}]
+    for key, values in axes.items():
+        cells = [{**c, key: float(v)} for c in cells for v in values]
+    return cells
 
 
 def choose(runs: pd.DataFrame, spec: dict[str, Any]) -> dict[tuple[int, str], dict[str, Any]]:
@@ -84,10 +92,10 @@ def choose(runs: pd.DataFrame, spec: dict[str, Any]) -> dict[tuple[int, str], di
     seeds = set(spec["tuning_seeds"])
     tuning = runs[runs["seed"].isin(seeds)]
     chosen = {}
-    for cell in range(len(_cells(spec))):
+    for cell in range(len(grid_cells(spec["axes"]))):
         for method in spec["methods"]:
             best, best_score = None, -1.0
-            for point in grid_points(spec, method):
+            for point in grid_points(spec["tune"].get(method)):
                 sel = tuning[
                     (tuning["cell"] == cell)
                     & (tuning["method"] == method)
@@ -121,13 +129,6 @@ def evaluation(
     if not parts:
         return runs.assign(setting=pd.Series(dtype=str))
     return pd.concat(parts, ignore_index=True)
-
-
-def _cells(spec: dict[str, Any]) -> list[dict[str, float]]:
-    cells = [{}]
-    for key, values in spec["axes"].items():
-        cells = [{**c, key: float(v)} for c in cells for v in values]
-    return cells
 
 
 def _summary(run_dir: Path, spec: dict[str, Any], cells: list[dict[str, float]]) -> dict[str, Any] | None:

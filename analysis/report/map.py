@@ -31,7 +31,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
-from analysis.map.runs import RULES, choose, evaluation
+from analysis.map.runs import RULES, choose, evaluation, grid_cells
 from analysis.metrics import method_label, sorted_methods
 from analysis.report.tables import Table, interval, number, pvalue
 from analysis.stats import holm, mean_cis, paired_comparisons
@@ -69,13 +69,6 @@ def is_simple(method: str) -> bool:
     return not method.startswith("tepa") and method not in ORACLES
 
 
-def cell_cells(spec: dict[str, Any]) -> list[dict[str, float]]:
-    cells: list[dict[str, float]] = [{}]
-    for key, values in spec["axes"].items():
-        cells = [{**c, key: float(v)} for c in cells for v in values]
-    return cells
-
-
 def cell_text(cell: dict[str, float]) -> str:
     return ", ".join(f"{k.removeprefix('env.')}={v:g}" for k, v in cell.items())
 
@@ -86,7 +79,7 @@ def analyse_map(runs: pd.DataFrame, spec: dict[str, Any]) -> MapResult:
     ev = evaluation(runs, spec, chosen)
     if ev.empty:
         raise ValueError("runs: no evaluation runs of the map (run the evaluation stage)")
-    cells = cell_cells(spec)
+    cells = grid_cells(spec["axes"])
     success = _success(ev, chosen, spec)
     advantage = _advantage(ev, success, spec, cells)
     winners = _winners(success)

@@ -11,7 +11,6 @@ Everything is checked before any episode runs; a problem is one `ConfigError` li
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
+from analysis.map.runs import grid_cells, grid_points
 from runners.compose import CONF_DIR, compose_config
 from runners.config import ConfigError
 from runners.registry import HARNESS_KEYS, build_memory, import_target, memory_entry, memory_names
@@ -51,16 +51,13 @@ class MapSpec:
     forward: tuple[str, ...] = ()  # command-line overrides every job gets (not the grid's, not seeds)
 
     def cells(self) -> list[dict[str, float]]:
-        """Every grid cell, as env key -> value, in grid order."""
-        keys = list(self.axes)
-        return [dict(zip(keys, values, strict=True)) for values in itertools.product(*self.axes.values())]
+        """Every grid cell, as env key -> value, in grid order (the analysis' order)."""
+        return grid_cells({k: list(v) for k, v in self.axes.items()})
 
     def points(self, method: str) -> list[dict[str, Any]]:
-        """A method's tuning grid points (param -> value), in declaration order; none when untuned."""
+        """A method's tuning grid points (param -> value), in grid order; none when it is not tuned."""
         grid = self.tune.get(method)
-        if not grid:
-            return []
-        return [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
+        return grid_points({k: list(v) for k, v in grid.items()} if grid else None)
 
     def to_json(self) -> dict[str, Any]:
         """What the analysis needs to read the map's runs (it never imports the harness)."""
@@ -313,8 +310,7 @@ def _tune(tune: Any, methods: Sequence[str]) -> dict[str, dict[str, tuple[Any, .
             if not isinstance(values, list) or not values:
                 raise ConfigError(f"{key}.{param}={values!r}: empty grid (give a non-empty list of values)")
         grids[method] = {param: tuple(values) for param, values in grid.items()}
-        for values in itertools.product(*grids[method].values()):
-            point = dict(zip(grids[method], values, strict=True))
+        for point in grid_points(grid):
             try:
                 build_memory(method, **point)
             except (TypeError, ValueError) as exc:
