@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from envs import check_env
 from envs.controlled_drift import ControlledDrift
 from envs.executable_drift.env import ExecutableDrift
 from envs.perturbation import OutcomeNoise, ReversalSchedule
@@ -195,3 +196,8 @@ def test_a_bad_rate_in_a_config_is_one_line_naming_the_key(compose):
         compose("+env.noise=0.9").env.build()
     with pytest.raises(ConfigError, match=r"^env.reversal_rate=2.0: must be in \[0, 1\]$"):
         compose("env=executable_drift", "+env.reversal_rate=2.0").env.build()
+
+
+def test_noisy_reversing_environments_pass_the_environment_check():
+    check_env(ControlledDrift(noise=0.2, reversal_rate=0.01, phase_length=50))
+    check_env(ExecutableDrift(noise=0.1, false_success=0.0, reversal_rate=0.02, phase_length=10))
