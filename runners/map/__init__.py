@@ -18,13 +18,21 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Glob
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from analysis.map.runs import grid_cells, grid_points
 from runners.compose import CONF_DIR, compose_config
 from runners.config import ConfigError
-from runners.registry import HARNESS_KEYS, build_memory, import_target, memory_entry, memory_names
+from runners.registry import (
+    HARNESS_KEYS,
+    MEMORY_DIR,
+    build_memory,
+    import_target,
+    memory_entry,
+    memory_names,
+)
 
 MAP_DIR = CONF_DIR / "map"
 JOB_GROUP = "map_job"
@@ -257,9 +265,8 @@ def _sweep_params(params: Mapping[str, Any]) -> dict[str, list[str]]:
     swept = {}
     for key, value in params.items():
         override = parser.parse_override(f"{key}={value}")
-        if key == "memory" and type(override.value()).__name__ == "Glob":
-            names = sorted(p.stem for p in (CONF_DIR / "memory").glob("*.yaml"))
-            swept[key] = override.value().filter(names)
+        if key == "memory" and isinstance(override.value(), Glob):  # as runners.registry expands it
+            swept[key] = override.value().filter(sorted(p.stem for p in MEMORY_DIR.glob("*.yaml")))
         else:
             swept[key] = list(override.sweep_string_iterator())
     return swept
