@@ -90,3 +90,14 @@ def test_the_summary_states_the_counts_and_tables_cover_every_cell():
     names = {t.name: t for t in tables(result)}
     assert {"map_success", "map_advantage", "map_winners", "map_frontier", "map_budget"} <= set(names)
     assert len(names["map_advantage"].rows) == 4  # 2 cells x (tuned, defaults)
+
+
+def test_the_results_readme_carries_the_maps_findings_once_the_map_has_run(tmp_path):
+    from analysis.report.readme import _companions
+
+    assert not any("robustness map" in part for part in _companions(tmp_path))
+    (tmp_path / "map").mkdir()
+    (tmp_path / "map" / "summary.md").write_text("- **TEPA-Rev (tuned)** wins in 3\n", encoding="utf-8")
+    parts = _companions(tmp_path)
+    assert any(part.startswith("## Beyond the paper: when revocation pays") for part in parts)
+    assert "- **TEPA-Rev (tuned)** wins in 3\n" in parts and any("map/README.md" in part for part in parts)
