@@ -201,3 +201,32 @@ def test_a_bad_rate_in_a_config_is_one_line_naming_the_key(compose):
 def test_noisy_reversing_environments_pass_the_environment_check():
     check_env(ControlledDrift(noise=0.2, reversal_rate=0.01, phase_length=50))
     check_env(ExecutableDrift(noise=0.1, false_success=0.0, reversal_rate=0.02, phase_length=10))
+
+
+def test_memory_is_told_the_reported_outcome_and_the_episode_is_scored_by_the_true_one():
+    import asyncio
+
+    from baselines.lww import LastWriteWins
+    from runners.agent.loop import run_stream
+    from runners.llm.simulated.reader import SimulatedBackend
+
+    class Recording(LastWriteWins):
+        def __init__(self):
+            super().__init__()
+            self.told, self.seen = [], []
+
+        def observe(self, obs):
+            self.seen.append((obs.t, obs.holds))
+            super().observe(obs)
+
+        def feedback(self, used, success, t):
+            self.told.append((t, success))
+            super().feedback(used, success, t)
+
+    env, memory = ControlledDrift(phase_length=40, noise=0.3), Recording()
+    result = asyncio.run(run_stream(env, memory, SimulatedBackend(), seed=5, labels={"memory": "m"}))
+    noisy = noisy_episodes(5, 160, 0.3)
+    for rec, (t, told), (t_obs, holds) in zip(result.records, memory.told, memory.seen, strict=True):
+        assert rec["t"] == t == t_obs and told == holds
+        assert told == (rec["success"] != (t in noisy))  # misreported exactly on the noisy episodes
+    assert {rec["t"] for rec in result.records if rec["success"]} - noisy  # right actions, told right
