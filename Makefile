@@ -44,7 +44,8 @@ ablation: $(STAMP) ## ablate TEPA-Rev's rule switches, then tables and figures
 # tables, figures and README.md in results/map/, its findings in results/README.md.
 map: $(STAMP) ## the noise x drift robustness map with tuned baselines into results/map/
 	$(BIN)/python -m runners.map
-	$(BIN)/python -m analysis.map --out results/map
+	$(BIN)/python -m runners.map --map noise_hypothesis
+	$(BIN)/python -m analysis.map --out results/map --hypothesis results/map/noise_hypothesis
 	@if [ -d results/runs ]; then $(MAKE) figures; fi
 
 # Tables, figures and results/README.md from the logs already in results/runs (no experiment is rerun).

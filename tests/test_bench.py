@@ -239,9 +239,18 @@ def test_quick_run_writes_the_json_and_the_report(tmp_path, monkeypatch):
 def test_the_map_timing_runs_the_makefile_recipe_into_another_results_dir():
     from runners.bench.map_timing import map_commands
 
-    runs, analysis = map_commands("/tmp/x")
+    runs, hypothesis, analysis = map_commands("/tmp/x")
     assert runs[1:] == ["-m", "runners.map", "results_dir=/tmp/x", "progress=false"]
-    assert analysis[1:] == ["-m", "analysis.map", "--out", "/tmp/x"]
+    assert hypothesis[1:] == ["-m", "runners.map", "--map", "noise_hypothesis",
+                              "results_dir=/tmp/x/noise_hypothesis", "progress=false"]  # fmt: skip
+    assert analysis[1:] == [
+        "-m",
+        "analysis.map",
+        "--out",
+        "/tmp/x",
+        "--hypothesis",
+        "/tmp/x/noise_hypothesis",
+    ]
 
 
 @pytest.mark.parametrize("argv", [["--repeats", "0"], ["--episodes", "30"], ["--scaling-window", "1"]])

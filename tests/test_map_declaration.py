@@ -13,6 +13,8 @@ from runners.map import evaluation_jobs, load_map, tuning_jobs
 from runners.map.__main__ import main
 from runners.registry import swept_memories
 
+TINY_GRID = {"reactive": {"c": [1, 2]}}
+
 
 def declaration(tmp_path: Path, tune: dict, tuning_seeds=(1000, 1001)) -> Path:
     path = tmp_path / "tiny_map.yaml"
@@ -100,9 +102,11 @@ def test_a_bad_tuning_grid_is_one_line_naming_the_key(tmp_path, tune, message):
 
 def test_seeds_shared_by_tuning_and_evaluation_are_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"^tuning_seeds: seed 3 is also an evaluation seed"):
-        load_map(declaration(tmp_path, {}, tuning_seeds=(3, 1000)))
+        load_map(declaration(tmp_path, TINY_GRID, tuning_seeds=(3, 1000)))
     with pytest.raises(ConfigError, match=r"^tuning_seeds: seed 1000 is also an evaluation seed"):
-        load_map(declaration(tmp_path, {}), ["seeds=[0,1000]"])
+        load_map(declaration(tmp_path, TINY_GRID), ["seeds=[0,1000]"])
+    with pytest.raises(ConfigError, match=r"^tuning_seeds=\[\]: must be a non-empty list"):
+        load_map(declaration(tmp_path, TINY_GRID, tuning_seeds=()))
 
 
 def test_a_grid_value_out_of_range_is_refused_naming_the_key(tmp_path):
@@ -118,3 +122,13 @@ def test_bad_input_stops_the_driver_with_one_line_before_any_episode(tmp_path, c
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["map: tune.reactive.c=[]: empty grid (give a non-empty list of values)"]
     assert not (tmp_path / "out").exists()
+
+
+def test_the_noise_hypothesis_runs_every_method_at_its_defaults_at_the_papers_phase_lengths():
+    spec = load_map("noise_hypothesis")
+    assert spec.env["phase_length"] == 400 and spec.tune == {} and spec.tuning_seeds == ()
+    assert spec.methods == ("no_memory", "append_only", "lww", "tepa_rev")
+    assert {"env.noise": 0.0} in spec.cells() and len(spec.cells()) >= 5
+    assert tuning_jobs(spec) == []
+    jobs = evaluation_jobs(spec, {})
+    assert len(jobs) == len(spec.cells()) * 4 and all(not job.params for job in jobs)

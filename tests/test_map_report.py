@@ -12,6 +12,8 @@ from analysis.report.map import analyse_map, summary, tables
 SEEDS = list(range(10))
 SPEC = {
     "name": "robustness_map",
+    "experiment": "robustness_map",
+    "env": {"phase_length": 100},
     "axes": {"env.noise": [0.0, 0.3], "env.reversal_rate": [0.0]},
     "methods": ["lww", "reactive", "tepa_rev", "oracle_reset"],
     "eval_seeds": SEEDS,

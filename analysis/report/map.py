@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -85,7 +85,9 @@ def analyse_map(runs: pd.DataFrame, spec: dict[str, Any]) -> MapResult:
     winners = _winners(success)
     frontier = _frontier(success)
     budget = _budget(success)
-    hypothesis = _hypothesis(success, cells)
+    hypothesis = _hypothesis(success, cells).assign(
+        experiment=spec["experiment"], phase_length=spec["env"].get("phase_length")
+    )
     return MapResult(spec, cells, success, advantage, winners, frontier, budget, hypothesis)
 
 
@@ -222,6 +224,11 @@ def _budget(success: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def with_hypothesis(result: MapResult, other: MapResult) -> MapResult:
+    """`result` with the noise hypothesis answered by `other` (a run at the paper's phase lengths)."""
+    return replace(result, hypothesis=other.hypothesis)
+
+
 def _hypothesis(success: pd.DataFrame, cells: list[dict[str, float]]) -> pd.DataFrame:
     """At no random reversals, defaults: each noise level's success after the full reversal."""
     rows = []
@@ -242,7 +249,7 @@ def _hypothesis(success: pd.DataFrame, cells: list[dict[str, float]]) -> pd.Data
                         "near": abs(ours - paper) <= NEAR,
                     }  # fmt: skip
                 )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["noise", "method", "ours", "paper", "near"])
 
 
 # ------------------------------------------------------------------------------------------- tables
@@ -667,9 +674,10 @@ def _hypothesis_text(result: MapResult) -> list[str]:
         if levels
         else f"no: at no noise level of the map are all four within {NEAR} of the paper"
     )
+    source = f"experiment {h['experiment'].iloc[0]}, {h['phase_length'].iloc[0]}-episode phases"
     return [
-        "**The paper's full-reversal numbers under noise** (hypothesis, defaults, no random reversals; "
-        "the paper: "
+        "**The paper's full-reversal numbers under noise** (hypothesis, defaults, no random reversals, "
+        f"{source}; the paper: "
         + ", ".join(f"{method_label(m)} {v:.3f}" for m, v in PAPER_FULL_REVERSAL.items())
         + f"): {answer}. Ours after the full reversal: {per_noise}."
     ]

@@ -142,13 +142,13 @@ def load_map(declaration: str | Path = "robustness_map", overrides: Sequence[str
     if not axes or not all(key.startswith("env.") for key in axes):
         raise ConfigError(f"experiment={experiment}: the grid must sweep env keys only, got {sorted(axes)}")
     eval_seeds = tuple(cfg.seeds or (cfg.seed,))
-    tuning_seeds = _seeds("tuning_seeds", raw.get("tuning_seeds"))
+    tune = _tune(raw.get("tune") or {}, methods)
+    tuning_seeds = _seeds("tuning_seeds", raw.get("tuning_seeds")) if tune else ()
     shared = sorted(set(tuning_seeds) & set(eval_seeds))
     if shared:
         raise ConfigError(
             f"tuning_seeds: seed {shared[0]} is also an evaluation seed (seeds); they must be disjoint"
         )
-    tune = _tune(raw.get("tune") or {}, methods)
     env = OmegaConf.to_container(cfg.env, resolve=True)
     assert isinstance(env, dict)
     missing = [key for key in axes if key.removeprefix("env.") not in env]

@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.stage == "tune":
         return 0
     try:
-        chosen = choose(summarise(out / "runs", spec.to_json()), spec.to_json())
+        chosen = choose(summarise(out / "runs", spec.to_json()), spec.to_json()) if spec.tune else {}
     except ValueError as exc:
         print(f"map: {exc} (run the tuning stage first)", file=sys.stderr)
         return 2
