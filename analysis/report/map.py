@@ -438,8 +438,9 @@ def _heatmap(result: MapResult, target: str, setting: str) -> bytes:
     cols = len(next(iter(list(result.spec["axes"].values())[1:]), [0]))
     for row in adv.itertuples():
         mark = "*" if row.p_holm < ALPHA else ""
+        colour = "white" if abs(row.diff) > 0.6 * bound else "black"  # legible on the darkest cells
         ax.text(row.cell % cols, row.cell // cols, f"{row.diff:+.3f}{mark}\n{method_label(row.best)}",
-                ha="center", va="center", fontsize=6.5)  # fmt: skip
+                ha="center", va="center", fontsize=6.5, color=colour)  # fmt: skip
     _axes_labels(ax, result)
     ax.set_title(
         f"{method_label(target)} minus the best simple baseline ({setting}); * Holm p < {ALPHA}", fontsize=9
