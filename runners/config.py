@@ -71,7 +71,9 @@ class ConfigError(CompactHydraException):
 class RunConfig:
     """The primary config. `seeds` (a list) wins over `seed` when set: one run covers several seeds,
     run concurrently. `progress`: None shows a bar only on a terminal. `plan`: print what the run would
-    cost (`runners.plan`) instead of running it. `max_episodes`: stop every stream after that many
+    cost (`runners.plan`) instead of running it. `max_evidence`: show the model at most that many retrieved
+    items per decision, the most recent (the same evidence budget for every method; None: all).
+    `max_episodes`: stop every stream after that many
     episodes (a quick try; None runs the whole stream)."""
 
     env: Any = MISSING
@@ -84,6 +86,7 @@ class RunConfig:
     progress: Optional[bool] = None  # noqa: UP045
     plan: bool = False
     max_episodes: Optional[int] = None  # noqa: UP045
+    max_evidence: Optional[int] = None  # noqa: UP045
 
 
 def register() -> None:
@@ -141,6 +144,7 @@ class RunSpec:
     progress: bool | None
     plan: bool
     max_episodes: int | None
+    max_evidence: int | None
     env: Component
     memory: Component
     llm: Component
@@ -183,6 +187,9 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
     max_episodes = resolved.get("max_episodes")  # absent from a logged config (meta.json) of a full run
     if max_episodes is not None and max_episodes < 1:
         raise ConfigError(f"max_episodes={max_episodes}: must be >= 1 (null runs the whole stream)")
+    max_evidence = resolved.get("max_evidence")  # absent from a logged config of a run without a cap
+    if max_evidence is not None and max_evidence < 1:
+        raise ConfigError(f"max_evidence={max_evidence}: must be >= 1 (null shows all retrieved evidence)")
     check_dir_name("name", resolved["name"])
     check_results_dir(resolved["results_dir"])
     components = {g: _component(g, resolved[g], choices.get(g)) for g in ("env", "memory", "llm")}
@@ -194,6 +201,7 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
         progress=resolved["progress"],
         plan=bool(resolved.get("plan", False)),  # absent from a logged config (meta.json)
         max_episodes=max_episodes,
+        max_evidence=max_evidence,
         config=config,
         **components,
     )

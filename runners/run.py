@@ -287,6 +287,7 @@ async def _run_one(
             on_episode=slog.append,
             progress=bar,
             max_episodes=spec.max_episodes,
+            max_evidence=spec.max_evidence,
         )
     finally:
         slog.close()

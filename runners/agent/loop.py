@@ -175,12 +175,21 @@ class _Decision:
     replies: list[Reply] = field(default_factory=list)
 
 
-async def _decide(task: Task, memory: Memory, ask: Callable[[Task, list[Evidence]], Any]) -> _Decision:
-    """Retrieve, ask and parse: once, or hop by hop for a multi-hop question."""
+def _capped(evidence: list[Evidence], cap: int | None) -> list[Evidence]:
+    """The last `cap` items (all without a cap)."""
+    return evidence if cap is None else evidence[-cap:]
+
+
+async def _decide(
+    task: Task, memory: Memory, ask: Callable[[Task, list[Evidence]], Any], cap: int | None = None
+) -> _Decision:
+    """Retrieve, ask and parse: once, or hop by hop for a multi-hop question. With `cap`, each prompt
+    shows only the last `cap` retrieved items (retrieval returns them oldest first), and only those get
+    feedback."""
     d = _Decision()
     chain = task.multi_hop
     if chain is None:
-        d.evidence = memory.retrieve(Query(key=task.key, text=task.text, t=task.t))
+        d.evidence = _capped(memory.retrieve(Query(key=task.key, text=task.text, t=task.t)), cap)
         reply = await ask(task, d.evidence)
         d.replies.append(reply)
         d.action, d.parse_ok = _act(task, reply)
@@ -190,7 +199,7 @@ async def _decide(task: Task, memory: Memory, ask: Callable[[Task, list[Evidence
         key = (entity, relation)
         text = template.replace("[X]", entity)
         sub = Task(key=key, text=text, phase=task.phase, t=task.t, instructions=task.instructions)
-        evidence = memory.retrieve(Query(key=key, text=sub.text, t=sub.t))
+        evidence = _capped(memory.retrieve(Query(key=key, text=sub.text, t=sub.t)), cap)
         d.evidence.extend(evidence)
         reply = await ask(sub, evidence)
         d.replies.append(reply)
@@ -213,6 +222,7 @@ async def run_stream(
     on_episode: Callable[[dict[str, Any], list[dict[str, Any]]], None] | None = None,
     progress: Any = None,
     max_episodes: int | None = None,  # stop after that many episodes (None: the whole stream)
+    max_evidence: int | None = None,  # show at most that many retrieved items per prompt (None: all)
 ) -> StreamResult:
     """Run one (environment, memory, seed) stream to the end and return its episode records and
     lifecycle events. `on_episode(record, events)` sees each new (not replayed) episode as it ends, so
@@ -248,7 +258,7 @@ async def run_stream(
             continue
         i = len(result.records)
         logged = _logged_replies(replay[i]) if i < len(replay) else None
-        d = await _decide(task, memory, ask)
+        d = await _decide(task, memory, ask, max_evidence)
         outcome = env.execute(task, d.action)
         for obs in outcome.observations:
             memory.observe(obs)
