@@ -45,7 +45,12 @@ def test_no_evaluation_seed_is_ever_used_for_tuning():
     differ = [
         m for m in spec.tune if any(spec.memory_defaults[m][k] != v for k, v in spec.points(m)[-1].items())
     ]
-    assert len(evaluate) == len(spec.cells()) * (len(spec.methods) + len(differ))  # defaults + tuned
+    budget = [job for job in evaluate if job.max_evidence is not None]
+    assert spec.evidence_budget and {job.max_evidence for job in budget} == {spec.evidence_budget}
+    assert len(budget) == len(spec.cells()) * len(spec.methods)  # every method under the same budget
+    assert len(evaluate) - len(budget) == len(spec.cells()) * (
+        len(spec.methods) + len(differ)
+    )  # defaults, tuned
     # the choice reads tuning seeds only: evaluation-seed runs that favour another point change nothing
     sj = spec.to_json()
     points = spec.points("reactive")
@@ -75,13 +80,12 @@ def test_no_evaluation_seed_is_ever_used_for_tuning():
     assert choose(pd.DataFrame(rows), sj) == {(0, "reactive"): last}
 
 
-def test_a_chosen_point_equal_to_the_defaults_is_one_job():
+def test_a_chosen_point_equal_to_the_defaults_is_one_job_besides_the_budgets():
     spec = load_map()
     defaults = {"c": spec.memory_defaults["reactive"]["c"]}
     jobs = evaluation_jobs(spec, {(0, "reactive"): defaults})
-    assert [j.name for j in jobs if j.method == "reactive" and j.name.startswith("eval-c0-")] == [
-        "eval-c0-reactive-defaults"
-    ]
+    names = [j.name for j in jobs if j.method == "reactive" and j.name.startswith("eval-c0-")]
+    assert names == ["eval-c0-reactive-defaults", "eval-c0-reactive-budget"]  # no separate tuned job
 
 
 @pytest.mark.parametrize(
@@ -107,6 +111,13 @@ def test_seeds_shared_by_tuning_and_evaluation_are_refused(tmp_path):
         load_map(declaration(tmp_path, TINY_GRID), ["seeds=[0,1000]"])
     with pytest.raises(ConfigError, match=r"^tuning_seeds=\[\]: must be a non-empty list"):
         load_map(declaration(tmp_path, TINY_GRID, tuning_seeds=()))
+
+
+def test_an_evidence_budget_below_one_is_refused_naming_the_key(tmp_path):
+    path = tmp_path / "budget.yaml"
+    path.write_text(json.dumps({"experiment": "robustness_map", "evidence_budget": 0}), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"^evidence_budget=0: must be an int >= 1"):
+        load_map(path)
 
 
 def test_a_grid_value_out_of_range_is_refused_naming_the_key(tmp_path):

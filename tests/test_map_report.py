@@ -71,6 +71,18 @@ def test_tepa_wins_where_it_is_better_on_every_seed_and_loses_where_a_tuned_rule
     assert np.allclose(defaults["diff"], [0.15, 0.1])
 
 
+def test_capped_runs_form_the_budget_map_and_never_the_tuned_one():
+    frame = runs()
+    capped = frame[frame["method"] == "tepa_rev"].assign(max_evidence=2, success=0.0)
+    both = pd.concat([frame.assign(max_evidence=None), capped], ignore_index=True)
+    result = analyse_map(both, {**SPEC, "evidence_budget": 2})
+    s = result.success.set_index(["setting", "cell", "method"])["success"]
+    assert s[("tuned", 0, "tepa_rev")] > 0.89 and s[("budget", 0, "tepa_rev")] == 0.0
+    budget = result.advantage[result.advantage["setting"] == "budget"]
+    assert list(budget["verdict"]) == []  # no simple baseline ran under the budget: nothing to compare
+    assert analyse_map(both, SPEC).success["setting"].isin(["tuned", "defaults"]).all()  # no budget declared
+
+
 def test_winners_frontier_and_budget():
     result = analyse_map(runs(), SPEC)
     tuned = result.winners[result.winners["setting"] == "tuned"]
@@ -86,7 +98,9 @@ def test_winners_frontier_and_budget():
 def test_the_summary_states_the_counts_and_tables_cover_every_cell():
     result = analyse_map(runs(), SPEC)
     text = "\n".join(summary(result))
-    assert "TEPA-Rev (tuned) against the best tuned simple baseline**, 2 cells, 10 evaluation seeds: " in text
+    assert (
+        "TEPA-Rev (tuned) against the best simple baseline (tuned)**, 2 cells, 10 evaluation seeds: " in text
+    )
     assert "wins in 1, matches in 0, loses in 1" in text
     assert "Loses: noise=0.3, reversal_rate=0; the rule that beats it there: Reactive (1)." in text
     names = {t.name: t for t in tables(result)}

@@ -117,15 +117,23 @@ def choose(runs: pd.DataFrame, spec: dict[str, Any]) -> dict[tuple[int, str], di
 def evaluation(
     runs: pd.DataFrame, spec: dict[str, Any], chosen: dict[tuple[int, str], dict[str, Any]]
 ) -> pd.DataFrame:
-    """The evaluation runs, each labelled `setting` "defaults" or "tuned" (a run that is both appears
-    twice): the tuned map is every method at its chosen point (an untuned method: its defaults)."""
+    """The evaluation runs, each labelled `setting` "defaults", "tuned" (a run that is both appears
+    twice) or "budget": the tuned map is every method at its chosen point (an untuned method: its
+    defaults); the budget map the same with the map's `evidence_budget` as `max_evidence`."""
     runs = runs[runs["seed"].isin(set(spec["eval_seeds"]))]
+    capped = runs["max_evidence"].notna() if "max_evidence" in runs else pd.Series(False, index=runs.index)
+    budget = spec.get("evidence_budget")
     parts = []
     for (cell, method), group in runs.groupby(["cell", "method"], sort=True):
         defaults = point_params(spec, method, {})
         tuned = point_params(spec, method, chosen.get((cell, method), {}))
-        parts.append(group[group["params"] == defaults].assign(setting="defaults"))
-        parts.append(group[group["params"] == tuned].assign(setting="tuned"))
+        free, cap = group[~capped[group.index]], group[capped[group.index]]
+        parts.append(free[free["params"] == defaults].assign(setting="defaults"))
+        parts.append(free[free["params"] == tuned].assign(setting="tuned"))
+        if budget is not None:
+            parts.append(
+                cap[(cap["params"] == tuned) & (cap["max_evidence"] == budget)].assign(setting="budget")
+            )
     if not parts:
         return runs.assign(setting=pd.Series(dtype=str))
     return pd.concat(parts, ignore_index=True)
@@ -162,6 +170,7 @@ def _summary(run_dir: Path, spec: dict[str, Any], cells: list[dict[str, float]])
         "cell": cell,
         "seed": int(meta["seed"]),
         "params": params_key(params),
+        "max_evidence": config.get("max_evidence"),
         "success": pc.mean(success).as_py(),
         "tokens": pc.mean(table["prompt_tokens"]).as_py(),
         "revocations": int(pc.max(table["revocations"]).as_py() or 0),  # a cumulative counter

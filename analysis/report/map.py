@@ -37,6 +37,13 @@ from analysis.report.tables import Table, interval, number, pvalue
 from analysis.stats import holm, mean_cis, paired_comparisons
 
 TARGETS = ("tepa_rev", "tepa_full")
+#: The evaluation settings: tuned, defaults, and tuned under the map's evidence budget (when it has one).
+SETTINGS = ("tuned", "defaults", "budget")
+SETTING_TEXT = {
+    "tuned": "tuned",
+    "defaults": "defaults",
+    "budget": "tuned, at most {budget} evidence items per prompt",
+}
 ORACLES = frozenset({"oracle_reset"})
 ALPHA = 0.05
 #: Prompt budgets (mean tokens per decision) for the equal-budget comparison; the last is no budget.
@@ -128,7 +135,7 @@ def _success(ev: pd.DataFrame, chosen: dict, spec: dict[str, Any]) -> pd.DataFra
 
 def _advantage(ev: pd.DataFrame, success: pd.DataFrame, spec: dict, cells: list) -> pd.DataFrame:
     rows, pairs = [], []
-    for setting in ("tuned", "defaults"):
+    for setting in SETTINGS:
         for target in TARGETS:
             if target not in spec["methods"]:
                 continue
@@ -496,10 +503,12 @@ def figures(result: MapResult) -> dict[str, bytes]:
     if len(result.spec["axes"]) != 2 or "env.noise" not in result.spec["axes"]:
         return {}
     out = {}
+    adv = result.advantage
     for target in TARGETS:
-        if target in set(result.advantage["target"]):
-            out[f"map_{target}_advantage.png"] = _heatmap(result, target, "tuned")
-            out[f"map_{target}_advantage_defaults.png"] = _heatmap(result, target, "defaults")
+        for setting in SETTINGS:
+            if len(adv[(adv["target"] == target) & (adv["setting"] == setting)]):
+                suffix = "" if setting == "tuned" else f"_{setting}"
+                out[f"map_{target}_advantage{suffix}.png"] = _heatmap(result, target, setting)
     out["map_winners.png"] = _winner_map(result)
     out["map_success_vs_noise.png"] = _noise_curve(result)
     return out
@@ -533,11 +542,14 @@ def summary(result: MapResult) -> list[str]:
     for target in TARGETS:
         if target not in set(adv["target"]):
             continue
-        for setting in ("tuned", "defaults"):
+        for setting in SETTINGS:
             v = _verdicts(r, target, setting)
             rows = adv[(adv["target"] == target) & (adv["setting"] == setting)]
+            if rows.empty:
+                continue
+            what = SETTING_TEXT[setting].format(budget=r.spec.get("evidence_budget"))
             text = (
-                f"**{method_label(target)} ({setting}) against the best {setting} simple baseline**, "
+                f"**{method_label(target)} ({what}) against the best simple baseline ({what})**, "
                 f"{n} cells, {seeds} evaluation seeds: wins in {len(v['wins'])}, "
                 f"matches in {len(v['matches'])}, loses in {len(v['loses'])} "
                 f"(Holm-corrected sign-flip p < {ALPHA}); mean difference "
@@ -563,12 +575,15 @@ def summary(result: MapResult) -> list[str]:
                 f"{interval(row.diff, row.low, row.high, signed=True)} "
                 f"(Holm p {pvalue(row.p_holm)}: {row.verdict})."
             )
-    tuned_winners = r.winners[r.winners["setting"] == "tuned"]["winner"].value_counts()
-    lines.append(
-        "**Winner per cell** (tuned, non-oracle): "
-        + ", ".join(f"{method_label(m)} {k}" for m, k in tuned_winners.items())
-        + f" of {n} cells."
-    )
+    for setting in SETTINGS:
+        won = r.winners[r.winners["setting"] == setting]["winner"].value_counts()
+        if len(won):
+            what = SETTING_TEXT[setting].format(budget=r.spec.get("evidence_budget"))
+            lines.append(
+                f"**Winner per cell** ({what}, non-oracle): "
+                + ", ".join(f"{method_label(m)} {k}" for m, k in won.items())
+                + f" of {n} cells."
+            )
     lines += _why(r)
     lines += _cost(r)
     lines += _hypothesis_text(r)

@@ -36,7 +36,7 @@ from runners.registry import (
 
 MAP_DIR = CONF_DIR / "map"
 JOB_GROUP = "map_job"
-_DECLARATION_KEYS = frozenset({"experiment", "tuning_seeds", "tune"})
+_DECLARATION_KEYS = frozenset({"experiment", "tuning_seeds", "tune", "evidence_budget"})
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,7 @@ class MapSpec:
     memory_defaults: dict[str, dict[str, Any]]
     max_episodes: int | None
     forward: tuple[str, ...] = ()  # command-line overrides every job gets (not the grid's, not seeds)
+    evidence_budget: int | None = None  # `max_evidence` of the equal-budget evaluation (None: none)
 
     def cells(self) -> list[dict[str, float]]:
         """Every grid cell, as env key -> value, in grid order (the analysis' order)."""
@@ -81,6 +82,7 @@ class MapSpec:
             "env": self.env,
             "memory_defaults": self.memory_defaults,
             "max_episodes": self.max_episodes,
+            "evidence_budget": self.evidence_budget,
         }
 
 
@@ -93,6 +95,7 @@ class Job:
     cell: dict[str, float]
     params: dict[str, Any]
     seeds: tuple[int, ...]
+    max_evidence: int | None = None
 
     def config(self) -> str:
         """The job as a config of the `map_job` group (package _global_, applied after the experiment)."""
@@ -102,6 +105,8 @@ class Job:
             "env": env,
             "seeds": list(self.seeds),
         }
+        if self.max_evidence is not None:
+            body["max_evidence"] = self.max_evidence
         if self.params:
             body["memory"] = dict(self.params)
         return "# @package _global_\n" + OmegaConf.to_yaml(OmegaConf.create(body))
@@ -170,6 +175,7 @@ def load_map(declaration: str | Path = "robustness_map", overrides: Sequence[str
         memory_defaults={m: _defaults(m) for m in methods},
         max_episodes=cfg.max_episodes,
         forward=tuple(forward),
+        evidence_budget=_budget(raw.get("evidence_budget")),
     )
     _check_cells(spec, str(env["_target_"]))
     return spec
@@ -188,7 +194,8 @@ def tuning_jobs(spec: MapSpec) -> list[Job]:
 def evaluation_jobs(spec: MapSpec, chosen: Mapping[tuple[int, str], Mapping[str, Any]]) -> list[Job]:
     """Stage 2: every method in every cell at its defaults (the defaults-only map) and, for a tuned
     method, at the point chosen for that cell (`chosen[(cell index, method)]`), on the evaluation seeds.
-    A chosen point equal to the defaults is one job."""
+    A chosen point equal to the defaults is one job. With an evidence budget, every method also runs at
+    its chosen point with `max_evidence` set to it (the same budget for every method)."""
     jobs = []
     for c, cell in enumerate(spec.cells()):
         for method in spec.methods:
@@ -197,6 +204,10 @@ def evaluation_jobs(spec: MapSpec, chosen: Mapping[tuple[int, str], Mapping[str,
             defaults = spec.memory_defaults[method]
             if any(defaults.get(k) != v for k, v in params.items()):
                 jobs.append(Job(f"eval-c{c}-{method}-tuned", method, cell, params, spec.eval_seeds))
+            if spec.evidence_budget is not None:
+                changed = {k: v for k, v in params.items() if defaults.get(k) != v}
+                name = f"eval-c{c}-{method}-budget"
+                jobs.append(Job(name, method, cell, changed, spec.eval_seeds, spec.evidence_budget))
     return jobs
 
 
@@ -277,6 +288,14 @@ def _number(key: str, text: str) -> float:
         value = float(text)
     except ValueError:
         raise ConfigError(f"{key}={text}: a grid value must be a number") from None
+    return value
+
+
+def _budget(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"evidence_budget={value!r}: must be an int >= 1 (items per prompt) or null")
     return value
 
 
