@@ -61,3 +61,5 @@ FIELDS = EpisodeRecord._fields
 COLUMNS = (*LABELS, *FIELDS)
 #: Each column's Python type (parquet: str -> string, int -> int64, float -> double, bool -> bool).
 TYPES: dict[str, type] = {**dict.fromkeys(LABELS, str), **EpisodeRecord.__annotations__}
+#: The largest value of an int column (parquet int64); a larger one cannot be written.
+INT64_MAX = 2**63 - 1

@@ -17,6 +17,9 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from tepa.evidence import Observation
 
 TRIAL_KINDS = ("support", "counterfactual", "contamination")
+#: The most keys (jobs, users) an environment takes: its tables grow with them (10^4 keys: about 15 MB and
+#: a few seconds to set up; 10^12 exhausted memory), and a stream of 1600 decisions meets few of them.
+MAX_KEYS = 10_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from envs.base import TRIAL_KINDS, EnvironmentBase, Outcome, Task
+from envs.base import MAX_KEYS, TRIAL_KINDS, EnvironmentBase, Outcome, Task
 from envs.perturbation import OutcomeNoise, ReversalSchedule, check_reversal_rate
 from tepa.evidence import Observation
 from tepa.validation import check_fraction, check_int
@@ -92,7 +92,7 @@ class ControlledDrift(EnvironmentBase):
         reversal_rate: float = 0.0,
     ) -> None:
         vocabulary = ACTION_NAMES if actions is None else _action_names(actions)
-        self.n_keys = check_int("n_keys", n_keys, 1)
+        self.n_keys = check_int("n_keys", n_keys, 1, MAX_KEYS)
         self.n_actions = check_int("n_actions", n_actions, 2)
         if self.n_actions > len(vocabulary):
             raise ValueError(f"n_actions must be at most the {len(vocabulary)} action names, got {n_actions}")

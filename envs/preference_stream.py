@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from envs.base import TRIAL_KINDS, EnvironmentBase, Outcome, Task
+from envs.base import MAX_KEYS, TRIAL_KINDS, EnvironmentBase, Outcome, Task
 from tepa.evidence import Observation
 from tepa.validation import check_int, check_unit
 
@@ -85,7 +85,7 @@ class PreferenceStream(EnvironmentBase):
         hint_rate: float = 0.875,
         reveal_rate: float = 1.0,
     ) -> None:
-        self.n_users = check_int("n_users", n_users, 1)
+        self.n_users = check_int("n_users", n_users, 1, MAX_KEYS)
         self.n_slots = check_int("n_slots", n_slots, 1, len(SLOTS))
         self.stable_length = check_int("stable_length", stable_length, 0)
         self.drift_length = check_int("drift_length", drift_length, 0)

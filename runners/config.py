@@ -37,8 +37,10 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from analysis.data.validate import unwritable
+from analysis.record import INT64_MAX
 from envs.base import Environment
 from runners.llm.backend import Backend
+from runners.llm.secrets import KEY_SHAPED
 from runners.registry import HARNESS_KEYS, import_target, require_class
 from tepa.protocol import Memory, missing_members
 
@@ -46,14 +48,15 @@ from tepa.protocol import Memory, missing_members
 RESERVED = frozenset({"_target_", *HARNESS_KEYS})
 # Parameter names that would hold a secret. Keys live in environment variables (llm.api_key_env).
 _SECRET = re.compile(r"(^|_)(api_?key|token|secret|password)$")
-# Values that look like a credential: provider key formats, a bearer token, a URL with a user part.
+# Values that look like a credential: provider key formats (`runners.llm.secrets`), a bearer token, a URL
+# with a user part or with a secret-named parameter in its query string (`?api_key=...`).
 _SECRET_VALUE = re.compile(
-    r"sk-[A-Za-z0-9_\-]{16,}|\bBearer\s+\S{8,}|[A-Za-z][A-Za-z0-9+.\-]*://[^/@\s]*@"
-    r"|\b(?:gh[pousr]_[A-Za-z0-9]{20,}|hf_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_\-]{30,}|xox[abprs]-)"
+    rf"{KEY_SHAPED.pattern}|\bBearer\s+\S{{8,}}|[A-Za-z][A-Za-z0-9+.\-]*://[^/@\s]*@"
+    r"|[?&;](?:[A-Za-z0-9_\-]*[_\-])?(?:api[_\-]?key|key|token|secret|password|sig|signature)=[^&#\s]"
 )
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _DIR_NAME = re.compile(r"[A-Za-z0-9_.=+-]+")
-INT64_MAX = 2**63 - 1  # the largest seed episodes.parquet can store
+MAX_DIR_NAME = 128  # characters of `name` or a label
 _PROJECT_PACKAGES = ("tepa.", "baselines.", "envs.", "runners.")
 PROTOCOLS: dict[str, type] = {"env": Environment, "memory": Memory, "llm": Backend}
 
@@ -191,7 +194,8 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
     if max_evidence is not None and max_evidence < 1:
         raise ConfigError(f"max_evidence={max_evidence}: must be >= 1 (null shows all retrieved evidence)")
     check_dir_name("name", resolved["name"])
-    check_results_dir(resolved["results_dir"])
+    if not resolved.get("plan"):  # a plan writes nothing (checking the folder creates it)
+        check_results_dir(resolved["results_dir"])
     components = {g: _component(g, resolved[g], choices.get(g)) for g in ("env", "memory", "llm")}
     config = {k: v for k, v in resolved.items() if k not in ("seed", "seeds", "plan")}
     return RunSpec(
@@ -227,7 +231,7 @@ def _component(group: str, node: Any, choice: str | None) -> Component:
     hints = _check_signature(group, target, cls, params)
     if group == "memory":  # stored as the parameters' types say, as run identities have recorded them
         params = {k: float(v) if hints.get(k) is float and type(v) is int else v for k, v in params.items()}
-    label = node.get("label") or _default_label(target, cls, choice)
+    label = node.get("label") or _default_label(group, target, cls, choice)
     check_dir_name(f"{group}.label", label)
     component = Component(group=group, target=target, cls=cls, params=params, label=label)
     if group == "memory":
@@ -247,7 +251,10 @@ def secret_problem(key: str, value: Any) -> str | None:
         return f": must name an environment variable (letters, digits, _), not hold the key itself{hint}"
     texts = [value] if isinstance(value, str) else _strings(value)
     if any(_SECRET_VALUE.search(text) for text in texts):
-        return f": the value looks like a credential (a key, a token or a URL with user:password@){hint}"
+        return (
+            ": the value looks like a credential (a key, a token, or a URL with user:password@ or a key "
+            f"in its query string){hint}"
+        )
     return None
 
 
@@ -273,10 +280,16 @@ def _number_problem(value: Any) -> str | None:
 
 
 def check_dir_name(key: str, value: Any) -> None:
-    """A results directory name (`name`, a label): one plain path component, never `.` or `..`."""
+    """A results directory name (`name`, a label): one plain path component, never `.` or `..`, short
+    enough for any file system (a name is one component of 255 bytes at most, and the harness adds
+    suffixes to some)."""
     if not isinstance(value, str) or not _DIR_NAME.fullmatch(value) or not value.strip("."):
         raise ConfigError(
             f"{key}={value!r}: must be a plain directory name (letters, digits, _ . = + -; not . or ..)"
+        )
+    if len(value) > MAX_DIR_NAME:
+        raise ConfigError(
+            f"{key}={value[:40]}...: must be at most {MAX_DIR_NAME} characters, got {len(value)}"
         )
 
 
@@ -358,10 +371,15 @@ def _type_name(expected: Any) -> str:
     return str(expected).replace("typing.", "")
 
 
-def _default_label(target: str, cls: type, choice: str | None) -> str:
-    """The group option's name; for a class from outside the project, the class's name."""
+def _default_label(group: str, target: str, cls: type, choice: str | None) -> str:
+    """The group option's name; for a class from outside the project, an environment's own `name` (set
+    in the class itself and a plain folder name: a subclass that only inherits a built-in's name would
+    share its folder), else the class's name in lower case."""
     if choice and target.startswith(_PROJECT_PACKAGES):
         return choice
+    own = vars(cls).get("name")
+    if group == "env" and isinstance(own, str) and _DIR_NAME.fullmatch(own) and own.strip("."):
+        return own
     return cls.__name__.lower()
 
 

@@ -12,10 +12,10 @@ Directories stay readable: `results/runs/<experiment>/<env>/<memory>/seed=<n>/` 
 own configuration (the config composed from the same options, without value overrides). A configuration
 that differs from it gets one more level named by the differing keys, e.g.
 `tepa_rev/llm.lapse=0.5,memory.theta_rev=0.3/seed=0/` or `tepa_rev/max_episodes=5/seed=0/`, or
-`cfg-<hash>` when that name would be long or unsafe (meta.json records the keys either way). Keys the
-labels already show (a label that interpolates them, as the threshold sweep's does) are left out. So
-every grid point of any sweep has its own directory, decided by the job alone, without knowing the
-other jobs of the sweep.
+`cfg-<hash>` when that name would be long, unsafe or ambiguous (meta.json records the keys either way).
+Keys the labels already show (a label that interpolates them, as the threshold sweep's does) are left
+out. So every grid point of any sweep has its own directory, decided by the job alone, without knowing
+the other jobs of the sweep.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ GROUPS = ("env", "memory", "llm")
 # Top-level keys that change a stream's episodes (`max_episodes` truncates it, `max_evidence` caps the
 # evidence a prompt shows): part of its identity when set.
 RUN_KEYS = ("max_episodes", "max_evidence")
+_AMBIGUOUS_START = ("[", "{")  # a text value that starts so reads as a list or mapping in a name
 _SAFE = re.compile(r"[A-Za-z0-9_.=+,-]{1,120}")
 _REFERENCE = re.compile(r"\$\{\s*(\.?[A-Za-z_][\w.]*)\s*\}")
 
@@ -135,9 +136,18 @@ def _label_references(cfg: DictConfig, group: str) -> set[str]:
 
 
 def _dirname(overrides: Mapping[str, Any]) -> str:
-    """`key=value,...` sorted by key, or `cfg-<hash>` when that is long or not a plain file name."""
+    """`key=value,...` sorted by key, or `cfg-<hash>` when that is long or not a plain file name.
+
+    The name must tell configurations apart: a text value with a `,` in it could read as more keys
+    (`llm.model='m,llm.temperature=0.5'` as two), one that starts with `[` or `{` as a list or mapping
+    (`llm.model='[1]'` as `[1]`), so such overrides are named by the hash of their keys and typed values
+    instead. Keys are parameter names (no `,` or `=`) and every other value renders one way, so every
+    other name (and hash) is as it always was: existing streams stay where they are."""
     if not overrides:
         return ""
+    if any(isinstance(v, str) and ("," in v or v.startswith(_AMBIGUOUS_START)) for v in overrides.values()):
+        typed = json.dumps(sorted(overrides.items()), separators=(",", ":"), default=repr)
+        return "cfg-" + hashlib.sha256(typed.encode()).hexdigest()[:12]
     name = ",".join(f"{k}={_plain(v)}" for k, v in sorted(overrides.items()))
     return name if _SAFE.fullmatch(name) else "cfg-" + hashlib.sha256(name.encode()).hexdigest()[:12]
 

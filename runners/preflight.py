@@ -3,8 +3,9 @@
 validation sees them, and it reports a YAML syntax error or an unwritable output folder as a traceback.
 
 So `python -m runners.run` first refuses, with one line naming the override or the file and line:
-a credential-like value or a secret-named key on the command line, a `name` that is not a plain
-directory name, a `results_dir` that cannot be written, and a config file that is not valid YAML.
+a credential-like value or a secret-named key on the command line, a `name` (or any name of a sweep
+over names, `choice(...)` included) that is not a plain directory name, a `results_dir` (or its
+`hydra` folder) that cannot be written, and a config file that is not valid YAML.
 """
 
 from __future__ import annotations
@@ -14,17 +15,23 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 
-from runners.config import ConfigError, check_dir_name, check_results_dir, secret_problem
+from analysis.data.validate import unwritable
+from runners.config import ConfigError, RunConfig, check_dir_name, check_results_dir, secret_problem
 
 _DIR_OPTIONS = ("--config-dir", "-cd", "--config-path", "-cp")
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: about 10x faster
+_PARSER = OverridesParser.create()
 
 
-def check_command_line(argv: Sequence[str], conf_dir: Path) -> None:
+def check_command_line(argv: Sequence[str], conf_dir: Path, *, writes: bool = True) -> None:
     """Raise ConfigError for the first override (or config file) that must not reach Hydra; the
-    config folders are `conf_dir` and any given with --config-dir or --config-path."""
+    config folders are `conf_dir` and any given with --config-dir or --config-path. `writes=False` (a
+    plan) leaves `results_dir` alone: checking it creates it."""
     dirs = [conf_dir]
+    results_dir = RunConfig.results_dir
     for i, arg in enumerate(argv):
         if arg in _DIR_OPTIONS and i + 1 < len(argv):
             dirs.append(Path(argv[i + 1]))
@@ -37,12 +44,35 @@ def check_command_line(argv: Sequence[str], conf_dir: Path) -> None:
         problem = secret_problem(key, value)
         if problem:
             raise ConfigError(f"{key}{problem}")
-        if key == "name" and "(" not in value:  # a sweep function (range, choice) is left to Hydra
-            for part in value.split(","):  # a sweep over names: each one
-                check_dir_name("name", part)
-        elif key == "results_dir":
+        if key == "name":
+            for name in _values(arg):  # a sweep over names (a, b or choice(a, b), range...): each one
+                check_dir_name("name", name)
+        elif key == "results_dir" and writes:
             check_results_dir(value)
+            results_dir = value
+    _check_hydra_folder(Path(results_dir) / "hydra")
     check_yaml_files(dirs)
+
+
+def _check_hydra_folder(folder: Path) -> None:
+    """Hydra writes each run's config into `<results_dir>/hydra/` (conf/config.yaml) before anything
+    else: one there that cannot be written (a file in its place, a read-only folder) is one line."""
+    if folder.exists() or folder.is_symlink():
+        problem = unwritable(folder)
+        if problem:
+            raise ConfigError(f"{folder}: {problem}; Hydra writes each run's config there")
+
+
+def _values(override: str) -> list[str]:
+    """The values an override takes, as Hydra reads it: each value of a sweep (`a,b`, `choice(a,b)`,
+    `range(3)`), or the one value; none when Hydra cannot list them (its own error then says why)."""
+    try:
+        parsed = _PARSER.parse_override(override)
+        if parsed.is_sweep_override():
+            return list(parsed.sweep_string_iterator())
+        return [str(parsed.value())]
+    except HydraException:  # a syntax error, or a sweep Hydra enumerates only later (glob, interval)
+        return []
 
 
 def check_yaml_files(dirs: Iterable[Path]) -> None:

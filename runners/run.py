@@ -37,12 +37,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from runners import slots
+from runners import jobs, plan, slots
 from runners.agent.loop import ReplayMismatch, replay_problem, run_stream
 from runners.compose import CONF_DIR, PROJECT_ROOT
 from runners.config import ConfigError, RunSpec, validate
 from runners.identity import Variant, stream_identity, variant_of
-from runners.llm.backend import BackendExhausted
+from runners.llm.backend import BackendExhausted, total_stats
 from runners.preflight import check_command_line
 from runners.runlog import PARTIAL_EPISODES, StreamLog, differences, partial_summary, stream_dir
 
@@ -96,9 +96,10 @@ class RunSummary:
     def describe(self) -> str:
         n, skipped = len(self.streams), sum(s.skipped for s in self.streams)
         replayed = sum(s.replayed for s in self.streams)
+        where = os.path.commonpath([s.directory for s in self.streams]) if self.streams else ""
         return (
             f"{n} stream(s): {n - skipped} run, {skipped} skipped (complete); "
-            f"{self.episodes_run} episode(s) executed, {replayed} replayed"
+            f"{self.episodes_run} episode(s) executed, {replayed} replayed; logs in {where}"
         )
 
 
@@ -108,9 +109,7 @@ def execute(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSummary:
     its plan instead (`runners.plan`) and run nothing."""
     spec = validate(cfg, choices)
     if spec.plan:
-        from runners.plan import plan  # here: it imports the openai client, a second of start-up per process
-
-        print(plan(spec).describe(f"{spec.name} {spec.env.label} {spec.memory.label}"), flush=True)
+        print(plan.plan(spec).describe(f"{spec.name} {spec.env.label} {spec.memory.label}"), flush=True)
         return RunSummary(())
     variant = variant_of(cfg, choices, str(CONF_DIR))
     with slots.held():  # a no-op unless `make reproduce` shares the cores among its experiments
@@ -150,11 +149,7 @@ def run_interruptible(main: Coroutine[Any, Any, RunSummary]) -> RunSummary:
     except (KeyboardInterrupt, asyncio.CancelledError):
         if not received:
             raise
-        name = signal.Signals(received[0]).name
-        raise RunInterrupted(
-            f"stopped by {name}: the episodes run so far are logged; rerun the same command to resume",
-            received[0],
-        ) from None
+        raise RunInterrupted(jobs.stopped_line(received[0]), received[0]) from None
     finally:
         for watchdog in watchdogs:
             watchdog.cancel()
@@ -274,6 +269,7 @@ async def _run_one(
     bar: tqdm,
 ) -> StreamOutcome:
     started, clock = datetime.now(UTC), time.perf_counter()
+    carried = slog.carried_stats()  # what the invocations that stopped before this one spent
     slog.open(replay)
     labels = {"experiment": spec.name, "env": spec.env.label, "memory": spec.memory.label}
     try:
@@ -289,6 +285,11 @@ async def _run_one(
             max_episodes=spec.max_episodes,
             max_evidence=spec.max_evidence,
         )
+    except ReplayMismatch:
+        raise  # retried at once by this invocation: nothing to carry
+    except BaseException:
+        slog.save_stats(total_stats(carried, backend.stats()))
+        raise
     finally:
         slog.close()
     meta = {
@@ -300,7 +301,8 @@ async def _run_one(
         "started_at": started.isoformat(timespec="seconds"),
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "wall_time_s": round(time.perf_counter() - clock, 3),
-        "backend_stats": backend.stats(),  # the run's backend, shared by its concurrent streams
+        # the run's backend, shared by its concurrent streams, over every invocation that ran this stream
+        "backend_stats": total_stats(carried, backend.stats()),
         "config": {**spec.config, "seed": seed},
         "versions": _versions(),
         "git": _git(),
@@ -367,19 +369,21 @@ def main(cfg: DictConfig) -> None:
     try:
         summary = execute(cfg, hydra_cfg.runtime.choices)
     except RunInterrupted as exc:
-        if hydra_cfg.mode == RunMode.RUN:
-            _exit_now(exc)
+        if hydra_cfg.mode == RunMode.RUN or jobs.in_worker():  # a worker must not take its next job
+            _exit_now(exc, say=not jobs.in_worker())  # a launcher says it once for all its workers
         raise
     if summary.streams:  # a plan ran nothing
         log.info(summary.describe())
 
 
-def _exit_now(exc: RunInterrupted) -> None:
+def _exit_now(exc: RunInterrupted, say: bool = True) -> None:
     """Leave a single run at once with the signal's exit status (130 for SIGINT, 143 for SIGTERM) and
     one line: everything is logged and closed by now, and tearing down the interpreter's modules (pandas,
-    pyarrow, Hydra) could take seconds on a busy machine. A multirun's jobs raise instead, so that the
-    launcher ends them its own way."""
-    print(exc, file=sys.stderr)
+    pyarrow, Hydra) could take seconds on a busy machine. A multirun's job in the launcher's own process
+    raises instead, so that the launcher ends it its own way; one in a worker process exits too
+    (`runners.jobs`)."""
+    if say:
+        print(exc, file=sys.stderr)
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -389,17 +393,23 @@ def _exit_now(exc: RunInterrupted) -> None:
 def cli() -> None:
     """`python -m runners.run` / `tepa-run`: the checks Hydra's own output must not precede
     (`runners.preflight`: secrets, unwritable folders, broken YAML), then the Hydra entry point. A
-    SIGINT before the run installs its handlers, or while a multirun's launcher waits for its jobs, ends
-    it with one line too."""
+    SIGINT before the run installs its handlers ends it with one line too; SIGINT or SIGTERM while a
+    multirun's launcher waits for its worker processes stops them first (`runners.jobs`). `plan=true`
+    is answered before Hydra starts, so that nothing is written."""
+    planning = plan.requested(sys.argv[1:])
     try:
-        check_command_line(sys.argv[1:], CONF_DIR)
+        check_command_line(sys.argv[1:], CONF_DIR, writes=not planning)
     except ConfigError as exc:
         sys.exit(f"error: {exc}")
+    if planning:  # before Hydra, which would write its job folders
+        sys.exit(plan.main(sys.argv[1:], str(CONF_DIR)))
+    jobs.install(grace=STOP_GRACE_S + 1.0)
     try:
         main()
-    except KeyboardInterrupt:
-        print("stopped by SIGINT: the episodes run so far are logged; rerun the same command to resume")
-        sys.exit(128 + signal.SIGINT)
+    except KeyboardInterrupt as exc:
+        signum = exc.signum if isinstance(exc, jobs.Stopped) else signal.SIGINT
+        print(jobs.stopped_line(signum))
+        sys.exit(128 + signum)
 
 
 if __name__ == "__main__":

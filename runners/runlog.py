@@ -29,27 +29,36 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import functools
 import hashlib
 import json
 import logging
+import math
 import operator
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from json.encoder import c_encode_basestring, c_make_encoder  # type: ignore[attr-defined]
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from hydra.errors import CompactHydraException
 
 from analysis.data.integrity import ARCHIVE, EPISODES, META, file_record, move_aside, read_meta, verify
+from analysis.record import INT64_MAX, TYPES
 from tepa.archive import EVENT_LAYOUT
 
 log = logging.getLogger(__name__)
+_R = TypeVar("_R")
 
 PARTIAL_EPISODES = "episodes.partial.jsonl"
+#: Beside the partial log: the backend stats of the invocations that stopped before the stream was done,
+#: so that the finished stream's meta.json totals what all of them spent.
+PARTIAL_STATS = "episodes.partial.stats.json"
 #: A partial-log line longer than this is damage, not an episode (a reply is a few kB at most).
 MAX_LINE_BYTES = 1 << 20
 #: How often a process waiting for another's lock looks again (seconds).
@@ -146,6 +155,27 @@ def _line(row: Mapping[str, Any]) -> str:
     return _dumps(row) + "\n"
 
 
+class LogUnwritable(CompactHydraException):
+    """A stream's files cannot be written (a full disk, a read-only or missing folder): one line naming
+    the stream, instead of a traceback. Whatever was logged before stays, and a rerun resumes it."""
+
+
+def _one_line(method: Callable[..., _R]) -> Callable[..., _R]:
+    """A `StreamLog` method whose OSError becomes `LogUnwritable` naming the stream's folder."""
+
+    @functools.wraps(method)
+    def wrapper(self: StreamLog, *args: Any, **kwargs: Any) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as exc:
+            raise LogUnwritable(
+                f"{self.dir}: cannot write the stream's logs ({exc.strerror or exc}); what is logged is "
+                "kept: free space or make the folder writable, then rerun the same command to resume"
+            ) from None
+
+    return wrapper
+
+
 class StreamLog:
     """The files of one stream directory: its lock, completeness, the partial log, the final write.
 
@@ -168,6 +198,7 @@ class StreamLog:
         """`.seed=<n>.lock` beside the directory (not inside it: the directory may be moved aside)."""
         return self.dir.with_name(f".{self.dir.name}.lock")
 
+    @_one_line
     def try_acquire(self) -> int | None:
         """Take the stream's lock without waiting: None when taken, else the holder's pid (0: unknown).
 
@@ -204,6 +235,7 @@ class StreamLog:
         self._lock = None
 
     # ----- completeness
+    @_one_line
     def is_complete(self) -> bool:
         """True when meta.json marks this identity's stream complete and both files verify.
 
@@ -236,20 +268,45 @@ class StreamLog:
             return False
         return True
 
+    @_one_line
     def discard_partial(self) -> None:
-        (self.dir / PARTIAL_EPISODES).unlink(missing_ok=True)
+        path = self.dir / PARTIAL_EPISODES
+        try:
+            path.unlink(missing_ok=True)
+        except IsADirectoryError:  # nothing the harness wrote: kept aside, as any damaged log
+            self.set_aside_partial("damaged", "not a plain file")
+        (self.dir / PARTIAL_STATS).unlink(missing_ok=True)
+
+    def carried_stats(self) -> dict[str, Any]:
+        """The backend stats that earlier invocations of this stream saved (`save_stats`), or {}."""
+        try:
+            saved = json.loads((self.dir / PARTIAL_STATS).read_bytes())
+        except (OSError, ValueError, RecursionError):
+            return {}
+        ok = isinstance(saved, dict) and saved.get("fingerprint") == self.fingerprint
+        return saved["stats"] if ok and isinstance(saved.get("stats"), dict) else {}
+
+    def save_stats(self, stats: Mapping[str, Any]) -> None:
+        """Keep the backend stats of an invocation that stops before the stream is done."""
+        data = {"fingerprint": self.fingerprint, "stats": stats}
+        atomic_write_bytes(self.dir / PARTIAL_STATS, _dumps(data).encode(), durable=False)
 
     # ----- resume
+    @_one_line
     def replay(self, problem: Callable[[Mapping[str, Any]], str | None] = lambda _: None) -> list[dict]:
         """The records an interrupted run of this identity logged: the partial log's valid prefix.
 
         A torn last line (a writer killed mid-line) is dropped silently. Any other damage (a line that
-        is not JSON, longer than MAX_LINE_BYTES, or that `problem` rejects) ends the prefix: the log is
-        kept beside as `...damaged-<time>` and the episodes after the prefix are asked again. A log of
-        another identity, or whose first line is unreadable, is kept beside as well and nothing is
-        replayed. Each of these says so in one logged line."""
+        is not JSON or nested too deep to parse, longer than MAX_LINE_BYTES, holding a value no episode
+        can have (`record_problem`), or that `problem` rejects) ends the prefix: the log is kept beside
+        as `...damaged-<time>` and the episodes after the prefix are asked again. A log of another
+        identity, one whose first line is unreadable, and a path that is not a plain file are kept
+        beside as well and nothing is replayed. Each of these says so in one logged line."""
         path = self.dir / PARTIAL_EPISODES
         try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):  # a folder, a FIFO, a link: never opened
+                self.set_aside_partial("damaged", "not a plain file; starting afresh")
+                return []
             f = open(path, "rb")  # noqa: SIM115
         except FileNotFoundError:
             return []
@@ -271,7 +328,7 @@ class StreamLog:
                 rec = _parse(line) if len(line) <= MAX_LINE_BYTES else None
                 why = (
                     f"longer than {MAX_LINE_BYTES} bytes" if len(line) > MAX_LINE_BYTES
-                    else "not a JSON object" if rec is None else problem(rec)
+                    else "not a JSON object" if rec is None else record_problem(rec) or problem(rec)
                 )  # fmt: skip
                 if why is not None:
                     n = len(records)
@@ -280,12 +337,14 @@ class StreamLog:
                     return records
                 records.append(rec)
 
+    @_one_line
     def set_aside_partial(self, reason: str, what: str) -> None:
         """Move the partial log aside (kept, never deleted), saying `what` happened in one line."""
         path = self.dir / PARTIAL_EPISODES
         moved = move_aside(path, reason)
         log.warning("%s: %s (the log is kept as %s)", path, what, moved.name)
 
+    @_one_line
     def open(self, replay: Sequence[Mapping[str, Any]]) -> None:
         """Start appending: rewrite the partial log as its header plus `replay` (dropping a torn
         tail), then keep it open for `append`."""
@@ -303,22 +362,29 @@ class StreamLog:
         if len(self._pending) >= FLUSH_EVERY or time.monotonic() >= self._flush_at:
             self.flush()
 
+    @_one_line
     def flush(self) -> None:
         """Write the episodes appended so far (whole lines only) and hand them to the OS."""
-        if self._episodes is not None and self._pending:
-            self._pending.append("")
-            self._episodes.write("\n".join(self._pending))
-            self._episodes.flush()
-        self._pending = []
+        pending, self._pending = self._pending, []  # written or lost, never written twice
         self._flush_at = time.monotonic() + FLUSH_EVERY_S
+        if self._episodes is not None and pending:
+            pending.append("")
+            self._episodes.write("\n".join(pending))
+            self._episodes.flush()
 
+    @_one_line
     def close(self) -> None:
         """Write what is pending and close the partial log (the run calls it however the stream ends)."""
-        if self._episodes is not None:
+        episodes = self._episodes
+        if episodes is None:
+            return
+        try:
             self.flush()
-            self._episodes.close()
-        self._episodes = None
+        finally:
+            self._episodes = None  # closed once, even when the disk is full
+            episodes.close()
 
+    @_one_line
     def finish(
         self,
         records: Sequence[Mapping[str, Any]],
@@ -356,6 +422,28 @@ def partial_summary(path: Path) -> tuple[dict[str, Any] | None, int]:
         return (head or {}).get("identity"), sum(1 for _ in f)
 
 
+def record_problem(rec: Mapping[str, Any]) -> str | None:
+    """Why a logged episode holds a value no episode can have, or None. Every column of the record
+    (`analysis.record.TYPES`, so a new column is checked too) must have its type, and every number is a
+    count, a step or a time: an int in [0, 2**63 - 1] (what parquet's int64 holds), a float finite and
+    >= 0. A missing column is left to the replay's own check (it rebuilds every column but the replies'
+    own)."""
+    for name, kind in TYPES.items():
+        value = rec.get(name)
+        if value is None:
+            continue
+        if kind is float:
+            if type(value) not in (int, float):
+                return f"field {name!r} is {type(value).__name__}, expected float"
+            if not 0 <= value < math.inf:
+                return f"field {name!r} is {value!r}, expected a finite number >= 0"
+        elif type(value) is not kind:
+            return f"field {name!r} is {type(value).__name__}, expected {kind.__name__}"
+        elif kind is int and not 0 <= value <= INT64_MAX:
+            return f"field {name!r} is {value}, expected an int in [0, 2**63 - 1]"
+    return None
+
+
 def _read_line(f: IO[bytes]) -> tuple[bytes | None, bool]:
     """The next line without its newline (None at the end) and whether it ended with one. A line
     longer than MAX_LINE_BYTES is returned cut just past the limit, never read whole."""
@@ -391,7 +479,7 @@ def _jsonable(obj: Any) -> Any:
 def _parse(line: bytes) -> dict[str, Any] | None:
     try:
         obj = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
         return None
     return obj if isinstance(obj, dict) else None
 

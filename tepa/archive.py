@@ -10,23 +10,17 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
+from analysis.events import EVENTS, FIELDS, STATES
 from tepa.precedent import LifecycleEvent, Precedent
+
+__all__ = ["EVENTS", "EVENT_LAYOUT", "STATES", "Archive"]
 
 _new_event = tuple.__new__  # a LifecycleEvent from its full field tuple, without NamedTuple's slower __new__
 
 #: The fields of a logged event, in order, with their types (`runners.runlog` writes rows of exactly
-#: this layout from a template).
-EVENT_LAYOUT: tuple[tuple[str, type], ...] = (
-    ("t", int),
-    ("event", str),
-    ("reason", str),
-    ("id", int),
-    ("key", str),
-    ("value", str),
-    ("s", int),
-    ("f", int),
-    ("state", str),
-)
+#: this layout from a template); the event names and states are `EVENTS` and `STATES`, defined with the
+#: fields in `analysis.events`, which the analysis reads them from.
+EVENT_LAYOUT: tuple[tuple[str, type], ...] = tuple(FIELDS.items())
 
 
 class Archive:

@@ -8,9 +8,11 @@ through the calls the agent loop makes (observe, retrieve, feedback, phase bound
 - `snapshot` returns a dict of counts (str -> non-negative int) after every call;
 - the same calls on a fresh instance give the same retrievals, snapshots and events (resumed runs
   replay a stream and must end where an uninterrupted one does);
-- the optional hooks keep their contracts: `drain_events` returns a list of dicts with `t` and `event`
-  and hands out each event once (a memory with `set_trial` is first given `trial`, a stand-in for
-  the environment's).
+- the optional hooks keep their contracts: `drain_events` returns a list of events and hands out each
+  event once (a memory with `set_trial` is first given `trial`, a stand-in for the environment's);
+- every event is in the vocabulary the analysis reads (`analysis.events`): all of its fields with
+  their types, a known event name and state, the state the event implies (promoted and repromoted:
+  active, revoked: revoked), an id's first event `created`, and one key and value per id.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import random
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
+from analysis.events import EVENTS, FIELDS, STATE_AFTER, STATES
 from tepa.evidence import Evidence, Observation, Query
 from tepa.protocol import EventMemory, Memory, TrialFn, TrialMemory, missing_members
 
@@ -84,6 +87,7 @@ def _trace(memory: Memory, ops: Sequence[Op], trial: TrialFn) -> list[tuple[Any,
         memory.set_trial(trial)
     last: list[Evidence] = []
     trace: list[tuple[Any, ...]] = []
+    precedents: dict[int, tuple[str, str]] = {}  # id -> (key, value), from the events so far
     for i, op in enumerate(ops):
         kind, *args = op
         result: Any = None
@@ -101,7 +105,7 @@ def _trace(memory: Memory, ops: Sequence[Op], trial: TrialFn) -> list[tuple[Any,
             memory.on_phase_boundary("next", args[0])
         else:
             raise ValueError(f"ops[{i}]: unknown call {kind!r}")
-        trace.append((result, _checked_snapshot(memory, i), _drained(memory, i)))
+        trace.append((result, _checked_snapshot(memory, i), _drained(memory, i, precedents)))
     return trace
 
 
@@ -130,20 +134,44 @@ def _checked_snapshot(memory: Memory, i: int) -> dict[str, int]:
     return dict(snap)
 
 
-def _drained(memory: Memory, i: int) -> list[dict[str, Any]] | None:
+def _drained(memory: Memory, i: int, precedents: dict[int, tuple[str, str]]) -> list[dict[str, Any]] | None:
     if not isinstance(memory, EventMemory):
         return None
     events = memory.drain_events()
-    if not isinstance(events, list) or not all(
-        isinstance(e, dict) and "t" in e and "event" in e for e in events
-    ):
-        _fail(
-            "drain_events",
-            f"call {i}: must return a list of dicts with 't' and 'event', got {_shape(events)}",
-        )
+    if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+        _fail("drain_events", f"call {i}: must return a list of dicts (events), got {_shape(events)}")
     if memory.drain_events():
         _fail("drain_events", f"call {i}: a second call right after the first returned events again")
+    for event in events:
+        _check_event(event, i, precedents)
     return events
+
+
+def _check_event(event: dict[str, Any], i: int, precedents: dict[int, tuple[str, str]]) -> None:
+    """One drained event against the vocabulary (`analysis.events`); `precedents` learns its id."""
+    for name, kind in FIELDS.items():
+        if name not in event:
+            _fail("events", f"call {i}: an event lacks {name!r} (every event has {', '.join(FIELDS)})")
+        value = event[name]
+        if type(value) is not kind:
+            _fail("events", f"call {i}: event field {name}={value!r} must be {kind.__name__}")
+    name, state, pid = event["event"], event["state"], event["id"]
+    if name not in EVENTS:
+        _fail("events", f"call {i}: unknown event {name!r} (the analysis reads: {', '.join(EVENTS)})")
+    if state not in STATES:
+        _fail("events", f"call {i}: {name} event with state {state!r} (one of: {', '.join(STATES)})")
+    if STATE_AFTER.get(name, state) != state:
+        _fail("events", f"call {i}: a {name} event must leave its precedent {STATE_AFTER[name]}, not {state}")
+    named = (event["key"], event["value"])
+    if pid not in precedents:
+        if name != "created":
+            _fail("events", f"call {i}: precedent id {pid}'s first event is {name!r}, not 'created'")
+        precedents[pid] = named
+    elif name == "created":
+        _fail("events", f"call {i}: precedent id {pid} created twice (an id names one precedent)")
+    elif precedents[pid] != named:
+        was = precedents[pid]
+        _fail("events", f"call {i}: precedent id {pid} changed its key or value from {was!r} to {named!r}")
 
 
 def _shape(value: Any) -> str:

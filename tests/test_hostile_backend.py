@@ -1,10 +1,14 @@
 """An untrusted endpoint against the openai backend: `Retry-After: 100000` once held a call for 120 s
 whatever `backoff_max` said (about 2 hours of waiting per run with the defaults), 3 MB replies were
 stored whole, negative token counts were accepted, and unparseable replies cached from a broken
-endpoint were served to a later run against a working one."""
+endpoint were served to a later run against a working one; a body trickled a byte at a time held one
+call for 31 s past a 2 s timeout, a 300 MB body was read whole, malformed top_logprobs crashed the
+run, concurrent streams spent 4004 tokens of a budget of 1500, and after a resume meta.json counted
+only the last invocation's tokens and cost."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 
@@ -12,10 +16,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from runners.llm.backend import BackendExhausted, Request
-from runners.llm.openai_backend import OpenAIBackend
+from runners.llm.capped_transport import MAX_BODY_BYTES
+from runners.llm.openai_backend import OpenAIBackend, planned_cost
 from runners.llm.response_cache import ResponseCache
+from runners.run import RunStopped
 from tests.helpers.hostile import run
-from tests.helpers.stub_server import StubReply, StubServer, completion
+from tests.helpers.stub_server import StubReply, StubServer, completion, echoed
 from tests.test_openai_backend import run as ask
 
 MESSAGES = ({"role": "user", "content": "Key 7: A, B or C?"},)
@@ -97,3 +103,119 @@ def test_a_cache_file_from_before_the_reply_limit_still_opens(tmp_path):
     cache.put("k2", "m", "Answer: B", 1, 2, truncated=True)
     assert cache.get("k2").truncated is True
     cache.close()
+
+
+# --- a slow, flooding or garbled endpoint ---------------------------------------------------------
+
+
+def test_a_slow_loris_endpoint_is_cut_off_at_the_timeout(stub_server):
+    stub_server.default = StubReply(trickle=0.1)  # about 20 s for the whole body, one byte at a time
+    backend = OpenAIBackend(stub_server.base_url, "m", timeout=1.0, max_retries=0)
+    start = time.perf_counter()
+    (reply,) = ask(backend, Request(MESSAGES))
+    assert time.perf_counter() - start < 3
+    assert "no complete answer within 1 s" in reply.error and backend.stats()["faults"] == {"timeout": 1}
+
+
+def test_a_slow_loris_endpoint_counts_against_max_retry_wait(stub_server):
+    stub_server.default = StubReply(trickle=0.1)
+    backend = OpenAIBackend(
+        stub_server.base_url, "m", timeout=0.5, max_retries=50, backoff_base=0.01, backoff_max=0.01,
+        max_retry_wait=1.2,
+    )  # fmt: skip
+    start = time.perf_counter()
+    with pytest.raises(BackendExhausted, match="max_retry_wait=1.2 s"):
+        ask(backend, Request(MESSAGES))
+    assert time.perf_counter() - start < 3
+
+
+def test_a_flood_of_a_reply_is_read_no_further_than_the_body_limit(stub_server):
+    stub_server.default = StubReply(flood=300 << 20)
+    backend = OpenAIBackend(stub_server.base_url, "m", max_retries=0, timeout=30)
+    (reply,) = ask(backend, Request(MESSAGES))
+    assert f"longer than {MAX_BODY_BYTES} bytes" in reply.error
+    assert backend.stats()["faults"] == {"oversized": 1}
+    time.sleep(0.2)  # the server notices the closed connection at its next write
+    assert stub_server.flooded < 3 * MAX_BODY_BYTES
+
+
+def test_a_reply_declaring_a_huge_length_or_compressed_unasked_is_refused_before_its_body(stub_server):
+    stub_server.push(
+        StubReply(headers={"Content-Encoding": "gzip"}),
+        StubReply(status=500, headers={"Content-Encoding": "br"}),
+    )
+    backend = OpenAIBackend(stub_server.base_url, "m", max_retries=1, backoff_base=0, backoff_max=0)
+    (reply,) = ask(backend, Request(MESSAGES))
+    assert "compressed (br) although none was asked for" in reply.error
+    assert stub_server.headers[0]["accept-encoding"] == "identity"
+
+
+@pytest.mark.parametrize("entries", [[None, "B", 3, ["B", -0.1]], [{"token": None}, {"logprob": "x"}]])
+def test_malformed_top_logprobs_entries_are_skipped_not_fatal(stub_server, entries):
+    body = completion("B", top_logprobs=[("B", -0.1)])
+    body["choices"][0]["logprobs"]["content"][0]["top_logprobs"] = [*entries, {"token": "C", "logprob": -0.5}]
+    stub_server.push(StubReply(body=body))
+    backend = OpenAIBackend(stub_server.base_url, "m", scoring="logprobs")
+    (reply,) = ask(backend, Request(MESSAGES, labels=("A", "B", "C")))
+    assert reply.text == "Answer: C" and reply.error is None
+
+
+def test_max_retries_beyond_the_float_range_of_backoff_retries_without_overflow(stub_server):
+    stub_server.script.extend(StubReply(status=503) for _ in range(1100))
+    backend = OpenAIBackend(stub_server.base_url, "m", max_retries=1200, backoff_base=0, backoff_max=0)
+    (reply,) = ask(backend, Request(MESSAGES))
+    assert reply.error is None and backend.stats()["retries"] == 1100
+
+
+def test_a_cache_file_that_is_no_database_stops_the_run_with_one_line(tmp_path):
+    path = tmp_path / "llm_cache.sqlite"
+    path.write_bytes(b"this is not SQLite " * 100)
+    with pytest.raises(
+        ValueError, match=rf"^cache_path={path}: not a usable reply cache \(file is not a database"
+    ):
+        OpenAIBackend("http://127.0.0.1:9/v1", "m", cache_path=path)
+
+
+# --- the token budget under concurrent streams ----------------------------------------------------
+
+
+@pytest.mark.parametrize("scoring", ["text", "loglik"])
+def test_concurrent_calls_overshoot_the_token_budget_by_less_than_one_calls_reservation(stub_server, scoring):
+    """40 calls at once against a budget of 300 tokens: each reserves its prompt (estimated, as this stub
+    reports no usage) plus max_tokens before it is sent."""
+    if scoring == "loglik":
+        stub_server.respond = lambda body: StubReply(body=echoed(body, favour="B"), delay=0.05)
+        requests = [Request(MESSAGES, seed=i, labels=("A", "B"), options=("A", "B")) for i in range(40)]
+    else:
+        stub_server.default = StubReply(body=completion("Answer: A", usage=False), delay=0.05)
+        requests = [Request(MESSAGES, seed=i) for i in range(40)]
+    backend = OpenAIBackend(stub_server.base_url, "m", scoring=scoring, max_tokens=8, max_total_tokens=300)
+    with pytest.raises(BackendExhausted, match=r"llm\.max_total_tokens=300 spent"):
+        ask(backend, *requests)
+    _, prompt, completion_bound = planned_cost(requests[0], scoring, 8)
+    stats = backend.stats()
+    spent = stats["prompt_tokens"] + stats["completion_tokens"]
+    assert 300 - (prompt + completion_bound) <= spent < 300 + prompt + completion_bound, spent
+
+
+def test_after_a_resume_meta_json_totals_the_tokens_and_cost_of_every_invocation(tmp_path, stub_server):
+    stub_server.default = StubReply(body=completion("Answer: A"))  # 11 prompt + 3 completion tokens a call
+    results = tmp_path / "results"
+    llm = (
+        "llm=openai",
+        "llm.model=m",
+        f"llm.base_url={stub_server.base_url}",
+        "llm.price_in=1",
+        "llm.price_out=2",
+    )
+    with pytest.raises(RunStopped, match=r"llm\.max_total_tokens=50 spent"):
+        run(results, *llm, "llm.max_total_tokens=50")  # 4 calls of the 8 episodes
+    first = len(stub_server.requests)
+    run(results, *llm)
+    (meta,) = [json.loads(p.read_text()) for p in results.rglob("meta.json")]
+    calls = len(stub_server.requests)
+    assert first == 4 and calls == 8 and meta["replayed"] == 4
+    stats = meta["backend_stats"]
+    assert (stats["requests"], stats["prompt_tokens"], stats["completion_tokens"]) == (8, 88, 24)
+    assert stats["cost"] == pytest.approx((88 * 1 + 24 * 2) / 1e6)
+    assert not list(results.rglob("*.partial.*"))

@@ -3,13 +3,15 @@ which stops a run cleanly and resumably."""
 
 from __future__ import annotations
 
+import resource
+
 import pyarrow.parquet as pq
 import pytest
 
 from runners.config import ConfigError
 from runners.run import RunStopped
 from runners.runlog import EPISODES, PARTIAL_EPISODES
-from tests.helpers.runner import run_overrides
+from tests.helpers.runner import cli, run_overrides
 from tests.helpers.stub_server import echoed
 
 SMALL = ("env=controlled_drift_words", "env.phase_length=10", "seeds=[0,1]", "progress=false")
@@ -90,3 +92,58 @@ def test_the_token_budget_stops_the_run_cleanly_and_a_rerun_resumes_it(tmp_path,
         return [(r["seed"], r["t"], r["action"]) for p in paths for r in pq.read_table(p).to_pylist()]
 
     assert decisions(tmp_path / "a") == decisions(tmp_path / "b") and len(decisions(tmp_path / "b")) == 80
+
+
+def test_a_plan_of_a_paper_sweep_writes_nothing_answers_in_seconds_and_ends_with_a_total(tmp_path):
+    """Hydra writes its job folders before a task runs; a plan is answered before Hydra starts. The
+    whole paper sweep (10 methods x 20 seeds x 1600 decisions) in under 5 s of the process's CPU."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = cli(tmp_path, "-m", "experiment=paper_controlled", "llm=openai", "llm.model=m", "plan=true",
+               "llm.price_in=0.15", "llm.price_out=0.6", f"results_dir={tmp_path / 'results'}")  # fmt: skip
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert proc.returncode == 0, proc.stderr
+    assert not list(tmp_path.rglob("*")), list(tmp_path.rglob("*"))  # no results_dir, no hydra folder
+    lines = proc.stdout.strip().splitlines()
+    runs = [line for line in lines if line.startswith("plan paper_controlled controlled_drift ")]
+    assert len(runs) == 10
+    assert lines[10].startswith("TOTAL (10 run(s)): 200 stream(s), 320000 decisions")
+    for line in (*runs, lines[len(runs)]):
+        assert "prompt tokens (estimate)" in line and "completion tokens (bound)" in line
+        assert " (prompts) + at most " in line and " (completions) = at most about " in line
+    bounds = [int(line.split("at most ")[1].split()[0]) for line in runs]
+    assert bounds == [32000 * 64] * 10  # calls x llm.max_tokens
+    assert "an estimate" in lines[-1] and "a bound" in lines[-1]
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    assert cpu < 5.0, f"{cpu:.1f} s of CPU"
+
+
+def test_a_plan_names_a_bad_override_or_a_sweep_without_multirun_in_one_line(tmp_path):
+    proc = cli(tmp_path, "memory=lww,tepa_rev", "plan=true", f"results_dir={tmp_path}")
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "memory=lww,tepa_rev: a sweep; add -m" in proc.stderr
+    proc = cli(tmp_path, "memory=nope", "plan=true", f"results_dir={tmp_path}")
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "nope" in proc.stderr, proc.stderr
+    assert not list(tmp_path.rglob("*"))
+
+
+def test_a_plans_sweep_is_the_jobs_hydra_would_launch(tmp_path):
+    proc = cli(tmp_path, "-m", "memory=lww,no_memory", "seed=0,1", "max_episodes=5", "plan=true",
+               f"results_dir={tmp_path}")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[:4]] == [
+        "plan adhoc controlled_drift lww", "plan adhoc controlled_drift lww",
+        "plan adhoc controlled_drift no_memory", "plan adhoc controlled_drift no_memory",
+    ]  # fmt: skip
+    assert all(" 1 stream(s), 5 decisions, 5 model calls" in line for line in lines[:4])
+    assert lines[4].startswith("TOTAL (4 run(s)): 4 stream(s), 20 decisions")
+
+
+def test_a_plan_says_when_nothing_bounds_the_completion_tokens(tmp_path, capsys, stub_server):
+    text = ("llm=openai", "llm.model=stub", f"llm.base_url={stub_server.base_url}", "llm.max_tokens=null")
+    run(tmp_path, *text, "plan=true", "llm.price_out=1")
+    line = capsys.readouterr().out.strip()
+    assert "no bound on completion tokens (llm.max_tokens=null)" in line and "at most" not in line
+    assert line.endswith("; cost about 0.0000 (prompts) + an unbounded cost of completions")
+    run(tmp_path, *loglik(stub_server), "llm.max_tokens=null", "plan=true")  # scored options: one token each
+    assert "at most 240 completion tokens (bound)" in capsys.readouterr().out

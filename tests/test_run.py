@@ -182,3 +182,21 @@ def test_a_users_memory_runs_from_the_command_line(tmp_path, user_module):
     assert proc.returncode == 0, proc.stderr
     meta = tmp_path / f"runs/adhoc/controlled_drift/mine/{VARIANT}/seed=0" / META
     assert json.loads(meta.read_text())["complete"]
+
+
+def test_a_users_environment_is_labelled_by_the_name_its_class_sets(tmp_path, user_module):
+    (user_module / "named_env.py").write_text(
+        "from my_methods import ShortDrift\n\n\nclass NamedDrift(ShortDrift):\n    name = 'named_drift'\n"
+    )
+    named = run(tmp_path, "env=custom", "env._target_=named_env.NamedDrift", "+env.length=3", tiny=False)
+    assert named.streams[0].directory.relative_to(tmp_path).parts[:3] == ("runs", "adhoc", "named_drift")
+    inherited = run(tmp_path, "env=custom", "env._target_=my_methods.ShortDrift", "+env.length=3", tiny=False)
+    # a class that only inherits a built-in's name is not filed with the built-in's runs
+    assert inherited.streams[0].directory.relative_to(tmp_path).parts[2] == "shortdrift"
+
+
+def test_the_run_summary_says_where_the_logs_are(tmp_path):
+    one = run(tmp_path, "memory=lww")
+    assert one.describe().endswith(f"; logs in {one.streams[0].directory}")
+    several = run(tmp_path, "memory=lww", "seeds=[0,1]")
+    assert several.describe().endswith(f"; logs in {several.streams[0].directory.parent}")

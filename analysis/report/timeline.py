@@ -1,7 +1,8 @@
 """Lifecycle timelines from one stream's logs: every precedent of a key over time, coloured by state.
 
 Read from `archive.jsonl` alone (every lifecycle event carries the precedent's id, key, value, counts
-and its state after the event) and the phase labels of `episodes.parquet`, so drawing needs no harness.
+and its state after the event: the vocabulary of `analysis.events`, which any memory that logs events
+keeps, not only TEPA's) and the phase labels of `episodes.parquet`, so drawing needs no harness.
 A precedent's bar runs from its creation to the end of the stream, each stretch in the colour of the
 state it was in (hypothesis, active, revoked); re-promotions are marked, phase boundaries drawn.
 """
@@ -17,20 +18,24 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-STATE_COLORS = {"hypothesis": "#bdbdbd", "active": "#2ca02c", "revoked": "#d62728"}
-EVENT_COLUMNS = ["t", "event", "id", "key", "value", "s", "f", "state"]
+from analysis.events import FIELDS, STATES
+
+STATE_COLORS = dict(zip(STATES, ("#bdbdbd", "#2ca02c", "#d62728"), strict=True))
+EVENT_COLUMNS = list(FIELDS)
 _LABEL_CHARS = 40
 
 
 def read_lifecycle(run_dir: str | Path) -> pd.DataFrame:
     """The lifecycle events of one stream (EVENT_COLUMNS, in log order; no rows for a method that logs
-    none; rows that name no precedent are skipped). Keys are compared as the text the log holds."""
+    none; rows that name no precedent or no known state are skipped). Keys are compared as the text the
+    log holds. A line that is not JSON raises ValueError."""
     path = Path(run_dir) / "archive.jsonl"
     rows = []
     if path.is_file():
         with path.open(encoding="utf-8") as lines:
             rows = [json.loads(line) for line in lines if line.strip()]
-    frame = pd.DataFrame(rows, columns=EVENT_COLUMNS).dropna(subset=["id", "key", "state"])
+    frame = pd.DataFrame(rows, columns=EVENT_COLUMNS).dropna(subset=["t", "id", "key", "state"])
+    frame = frame[frame["state"].isin(STATES)].astype({"t": "int64", "id": "int64"})
     frame["key"] = frame["key"].astype(str)
     return frame.reset_index(drop=True)
 

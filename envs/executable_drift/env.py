@@ -13,10 +13,12 @@ by `close()`, at `reset` and at exit; a sandbox whose process died without remov
 next `reset` in the same place, see `remove_stale_sandboxes`): the job's inputs are restored and its old
 artefacts removed, the command line goes through the gate of the `sandbox` module (shlex, a tool whitelist,
 every path confined), a persistent worker (shared by the environments open in one process, e.g. a run's
-seeds) runs the tool under a time limit (the `worker` module), and success is decided on disk: the expected
-artefact exists with the expected content and format. A stale invocation fails with the tool's real argparse
-error, or runs and leaves the wrong artefact, which the check reports. (Parsing touches nothing, so a call
-that argparse rejects gets that error from the environment itself, without a worker round trip.)
+seeds) runs the tool under a time limit (the `worker` module; a call whose worker died, e.g. killed
+from outside, is run once more from the swept sandbox, so a restart changes no outcome), and success is
+decided on disk: the expected artefact exists with the expected content and format. A stale invocation
+fails with the tool's real argparse error, or runs and leaves the wrong artefact, which the check reports.
+(Parsing touches nothing, so a call that argparse rejects gets that error from the environment itself,
+without a worker round trip.)
 
 Before every call the job's inputs are restored and its artefact paths cleared (before the paths are
 checked, so a link planted where an input belongs is replaced rather than refused forever), so an
@@ -50,13 +52,13 @@ import os
 import random
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from numbers import Real
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
-from envs.base import TRIAL_KINDS, EnvironmentBase, Outcome, Task
+from envs.base import MAX_KEYS, TRIAL_KINDS, EnvironmentBase, Outcome, Task
 from envs.executable_drift.sandbox import Layout, Refused, Sandbox, check_invocation, split_invocation
 from envs.executable_drift.tools import FLAVOURS, TOOLS, VERSIONS, Tool, subject_for
 from envs.executable_drift.worker import SharedToolWorker, ToolFn
@@ -67,6 +69,7 @@ from tepa.validation import check_fraction, check_int
 PHASES = ("stable", "full_reversal", "partial_reversal", "return")
 SANDBOX_PREFIX = "tepa-executable-"
 SANDBOX_BUDGET = 4 * 2**20  # bytes of artefacts a sandbox keeps between calls (correct ones: < 10 kB)
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +112,7 @@ class ExecutableDrift(EnvironmentBase):
         false_success: float | None = None,
         reversal_rate: float = 0.0,
     ) -> None:
-        self.n_keys = check_int("n_keys", n_keys, 2)
+        self.n_keys = check_int("n_keys", n_keys, 2, MAX_KEYS)
         self.n_actions = check_int("n_actions", n_actions, 2, len(FLAVOURS))
         self.phase_length = check_int("phase_length", phase_length, 1)
         self.partial_fraction = check_fraction("partial_fraction", partial_fraction)
@@ -213,9 +216,12 @@ class ExecutableDrift(EnvironmentBase):
             argv = split_invocation(action)
         except Refused as exc:
             return Outcome(False, (), str(exc))
-        success, message = self._attempt(self.sandbox, job, argv, self._regime_at(t))
+        regime = self._regime_at(t)
+        success, message = self._undisturbed(
+            self.sandbox, lambda: self._attempt(self.sandbox, job, argv, regime)
+        )
         self.sandbox.sweep(self._layout, SANDBOX_BUDGET)
-        reported = success if not self._noise else self.outcome_noise.report(success, self._noise[t])
+        reported = self._reported(success, self._noise[t] if self._noise else None)
         if reported != success:
             message = "" if reported else "the job's check did not pass"
         text = f'"{action}" succeeded' if reported else f'"{action}" failed: {message}'
@@ -234,33 +240,39 @@ class ExecutableDrift(EnvironmentBase):
             argv = split_invocation(value)
         except Refused:
             return False
-        assert self._trial is not None
+        sandbox = self._trial
+        assert sandbox is not None
+        other = None
+        if kind == "contamination":
+            other = self._jobs[self._trial_rng.choice([k for k in self._jobs if k != job.key])]
+        # the trial's noise draw, made before it runs, so that a rerun (`_undisturbed`) draws nothing more
+        u = self._trial_rng.random() if self.outcome_noise.active else None
         try:
-            return self._run_trial(self._trial, job, argv, kind)
+            return self._undisturbed(sandbox, lambda: self._run_trial(sandbox, job, argv, kind, other, u))
         finally:
-            self._trial.sweep(self._layout, SANDBOX_BUDGET)
+            sandbox.sweep(self._layout, SANDBOX_BUDGET)
 
-    def _run_trial(self, sandbox: Sandbox, job: Job, argv: list[str], kind: str) -> bool:
+    def _run_trial(
+        self, sandbox: Sandbox, job: Job, argv: list[str], kind: str, other_job: Job | None, u: float | None
+    ) -> bool:
         regime = self._regime_at(self._now)
         if kind == "support":
-            return self._trial_outcome(self._attempt(sandbox, job, argv, regime)[0])
+            return self._reported(self._attempt(sandbox, job, argv, regime)[0], u)
         if kind == "counterfactual":
             tool = job.tool.name
             stable, full = self._regimes[0][tool], self._regimes[1][tool]
             other = dict(regime, **{tool: full if regime[tool] == stable else stable})
-            return not self._trial_outcome(self._attempt(sandbox, job, argv, other)[0])
-        other_job = self._jobs[self._trial_rng.choice([k for k in self._jobs if k != job.key])]
+            return not self._reported(self._attempt(sandbox, job, argv, other)[0], u)
+        assert other_job is not None
         other_job.tool.prepare(sandbox, other_job.subject, other_job.fixture)
         self._attempt(sandbox, job, argv, regime)
         correct = other_job.tool.invocation(other_job.subject, regime[other_job.tool.name])
         ok = self._attempt(sandbox, other_job, split_invocation(correct), regime, restore_inputs=False)[0]
-        return self._trial_outcome(ok)
+        return self._reported(ok, u)
 
-    def _trial_outcome(self, success: bool) -> bool:
-        """A trial's execution as reported: misreported like an episode's, drawing from the trial RNG."""
-        if not self.outcome_noise.active:
-            return success
-        return self.outcome_noise.report(success, self._trial_rng.random())
+    def _reported(self, success: bool, u: float | None) -> bool:
+        """What the agent is told about an execution (`u`: its noise draw, None without noise)."""
+        return success if u is None else self.outcome_noise.report(success, u)
 
     # ----- beyond the protocol
     def versions_at(self, t: int) -> dict[str, str]:
@@ -306,6 +318,16 @@ class ExecutableDrift(EnvironmentBase):
             return False, message
         problem = tool.verify(sandbox, job.subject, job.fixture, regime[tool.name])
         return (True, message) if problem is None else (False, problem)
+
+    def _undisturbed(self, sandbox: Sandbox, run: Callable[[], _T]) -> _T:
+        """`run()`, run again from the swept sandbox when the tool process died under it: a worker killed
+        from outside must not change an outcome (a call that kills it twice is a failure, as on any run)."""
+        died = self._worker.died_calls
+        result = run()
+        if self._worker.died_calls != died:
+            sandbox.sweep(self._layout, SANDBOX_BUDGET)
+            result = run()
+        return result
 
     def _stream(self, rng: random.Random) -> Iterator[Task]:
         correct: dict[tuple[int, str], str] = {}  # each job's right invocation per version, rendered once

@@ -11,20 +11,31 @@ view misses still cannot leave the sandbox.
 Between episodes the environment sweeps the sandbox (`Sandbox.sweep`): everything that is not a job's
 input or output is removed, and outputs too once the sandbox holds more than its byte budget, so
 whatever actions write cannot pile up (each file is also capped by the tool worker).
+
+The checks above look at paths, and a path can change after it was checked. So every file the tools
+and the environment write, read or delete is reached from a descriptor of the sandbox folder held
+since it was opened, one folder at a time, never through a link (`openat` with O_NOFOLLOW and
+O_DIRECTORY; `shutil.rmtree` with `dir_fd`): even another process that swaps a folder for a link to
+somewhere else between the check and the use can make the call fail, but not reach outside.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shlex
 import shutil
 import stat
-from collections.abc import Collection, Mapping
+import weakref
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO, TypeVar
 
 MAX_INVOCATION_CHARS = 2000
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC  # a folder, never through a link
+_T = TypeVar("_T")
 
 
 class Refused(ValueError):
@@ -41,6 +52,8 @@ class Sandbox:
         self.root = Path(real)
         self._root = str(self.root)
         self._prefix = self._root.rstrip(os.sep) + os.sep
+        self._fd = os.open(self._root, _DIR_FLAGS)  # every write, read and delete starts from it
+        weakref.finalize(self, os.close, self._fd)
 
     def resolve(self, path: str) -> Path:
         """`path` (relative to the root, or absolute) with every symlink resolved; `Refused` when the
@@ -51,7 +64,10 @@ class Sandbox:
         """`resolve` as a string: the gate checks every argument of every call and needs no Path."""
         if not isinstance(path, str) or not path or "\x00" in path:
             raise Refused(f"invalid path {path!r}")
-        real = self._plain(path) or os.path.realpath(os.path.join(self._root, path))
+        try:
+            real = self._plain(path) or os.path.realpath(os.path.join(self._root, path))
+        except OSError:  # a link that vanished while it was read: the path is changing under us
+            raise Refused(f"cannot resolve the path {path}") from None
         if real != self._root and not real.startswith(self._prefix):
             raise Refused(f"path escapes the sandbox: {path}")
         return real
@@ -98,32 +114,41 @@ class Sandbox:
     def sweep(self, layout: Layout, budget: int) -> None:
         """Remove everything but the layout's files (plain files of the expected size; outputs any size)
         and the folders that hold them; then, when what is left exceeds `budget` bytes, the outputs too.
-        One scandir per kept folder and one lstat per kept file: cheap enough for every episode."""
-        kept, outputs = 0, []
-        stack = [("", self._root)]
-        while stack:
-            rel, folder = stack.pop()
-            with os.scandir(folder) as entries:
-                for entry in entries:
-                    name = rel + entry.name
-                    if entry.is_dir(follow_symlinks=False):
-                        if name in layout.dirs:
-                            stack.append((name + "/", entry.path))
-                        else:
-                            shutil.rmtree(entry.path)
-                        continue
-                    size = layout.files.get(name, -1)
-                    if size != -1 and entry.is_file(follow_symlinks=False):
-                        st = entry.stat(follow_symlinks=False)
-                        if st.st_nlink == 1 and size in (None, st.st_size):
-                            kept += st.st_size
-                            if size is None:
-                                outputs.append(entry.path)
+        One scandir per kept folder and one lstat per kept file: cheap enough for every episode. Folders
+        are entered by descriptor without following links, so a folder swapped for a link while the
+        sweep runs cannot make it delete outside the sandbox."""
+        kept, outputs, opened = 0, [], []
+        stack = [("", os.dup(self._fd))]
+        try:
+            while stack:
+                rel, fd = stack.pop()
+                opened.append(fd)
+                with os.scandir(fd) as entries:
+                    for entry in entries:
+                        name = rel + entry.name
+                        if entry.is_dir(follow_symlinks=False):
+                            if name in layout.dirs:
+                                inner = _enter(entry.name, fd)
+                                if inner is not None:
+                                    stack.append((name + "/", inner))
+                            else:
+                                _remove(entry.name, fd)
                             continue
-                    os.unlink(entry.path)
-        if kept > budget:
-            for path in outputs:
-                os.unlink(path)
+                        size = layout.files.get(name, -1)
+                        if size != -1 and entry.is_file(follow_symlinks=False):
+                            st = entry.stat(follow_symlinks=False)
+                            if st.st_nlink == 1 and size in (None, st.st_size):
+                                kept += st.st_size
+                                if size is None:
+                                    outputs.append((fd, entry.name))
+                                continue
+                        _remove(entry.name, fd)
+            if kept > budget:
+                for fd, name in outputs:
+                    _remove(name, fd)
+        finally:
+            for fd in [*opened, *(fd for _, fd in stack)]:
+                os.close(fd)
 
     def relative(self, path: str | os.PathLike[str]) -> str:
         """How to name `path` in a message: relative to the root (absolute temp paths would make
@@ -143,26 +168,127 @@ class Sandbox:
     def clear(self, path: str) -> None:
         """Make room for `path` (root-relative, without `..`): delete whatever is there (a file, a link,
         a folder tree) and any file or link standing where one of its parent folders belongs. Links are
-        deleted, never followed."""
-        current = self._root
-        parts = [part for part in path.split("/") if part not in ("", ".")]
-        for i, part in enumerate(parts):
-            current = f"{current}/{part}"
-            try:
-                mode = os.lstat(current).st_mode
-            except FileNotFoundError:
-                return
-            if not stat.S_ISDIR(mode):
-                os.unlink(current)  # the target itself, or a non-folder in its way
-                return
-            if i == len(parts) - 1:
-                shutil.rmtree(current)
+        deleted, never followed, also one planted while this runs (folders are entered by descriptor)."""
+        parts = self._parts(path)
+        fd = os.dup(self._fd)
+        try:
+            for i, part in enumerate(parts):
+                inner = _enter(part, fd) if i < len(parts) - 1 else None
+                if inner is None:  # the target itself, or a non-folder in its way (a folder of
+                    _remove(part, fd)  # the target's path that is gone now needs no room made)
+                    return
+                os.close(fd)
+                fd = inner
+        finally:
+            os.close(fd)
 
     def write(self, path: str, data: bytes) -> None:
-        """Write `data` to a new file `path` inside the sandbox, creating parent directories."""
-        target = self.resolve(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        """Write `data` to a new file `path` inside the sandbox, creating parent directories (a file
+        created anew: never one that a link planted there leads to)."""
+        with self.open_new(path, exclusive=True) as handle:
+            handle.write(data)
+
+    def open_new(self, path: str, exclusive: bool = False) -> BinaryIO:
+        """Open `path` (inside the sandbox, absolute or root-relative) for writing, emptied, creating its
+        folders. Its folders are entered from the sandbox's descriptor one at a time without following
+        a link, so a folder swapped for a link after the path was checked cannot redirect the write;
+        a link or a special file at the end is refused (O_NOFOLLOW, O_NONBLOCK), and so is a file with
+        more than one hard link, before anything is truncated. `exclusive`: replace whatever is there
+        with a new file."""
+        parts = self._parts(path)
+        folder = self._folder(parts[:-1], path, create=True)
+        try:
+            if exclusive:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(parts[-1], dir_fd=folder)
+            flags = _OPEN_FOR_WRITING | (os.O_EXCL if exclusive else 0)
+            fd = _named(path, os.open, parts[-1], flags, 0o644, dir_fd=folder)
+        finally:
+            os.close(folder)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            os.close(fd)
+            raise Refused(f"refused: {os.path.basename(path)} is not a plain file with one link")
+        os.ftruncate(fd, 0)
+        return os.fdopen(fd, "wb")
+
+    def read(self, path: str) -> bytes:
+        """The content of the file `path` (inside the sandbox), reached as `open_new` reaches it: errors
+        as `open` raises them, naming `path`; a link or a special file is refused."""
+        parts = self._parts(path)
+        folder = self._folder(parts[:-1], path)
+        try:
+            fd = _named(path, os.open, parts[-1], _OPEN_FOR_READING, dir_fd=folder)
+        finally:
+            os.close(folder)
+        try:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+            if not stat.S_ISREG(mode):
+                raise Refused(f"refused: {self.relative(path)} is not a regular file")
+            return _read_all(fd)
+        finally:
+            os.close(fd)
+
+    def read_plain(self, path: str) -> bytes | None:
+        """`read_plain` of `path` inside the sandbox, reached as `read` reaches it (None: no plain file)."""
+        try:
+            return self.read(path)
+        except Refused:
+            return None
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EISDIR):
+                return None
+            raise
+
+    def plain_files(self, path: str, skip: str = "") -> Iterator[tuple[str, bytes]]:
+        """(path relative to `path`, content) of every plain file under the folder `path`, but `skip`,
+        in the order of a top-down os.walk with sorted names (a folder's files, then its subfolders').
+        Links are neither followed nor read, and folders that cannot be listed are passed over, as
+        os.walk does; folders are entered by descriptor, as `open_new` enters them."""
+        try:
+            fd = self._folder(self._parts(path, root=True), path)
+        except (OSError, Refused):
+            return
+        yield from _plain_files_at(fd, "", skip)
+
+    def _parts(self, path: str, root: bool = False) -> list[str]:
+        """The components of `path` below the root (`path` absolute inside the sandbox, or relative);
+        none for the root itself when `root` allows it."""
+        if path.startswith("/"):
+            if path != self._root and not path.startswith(self._prefix):
+                raise Refused(f"path escapes the sandbox: {path}")
+            path = path[len(self._prefix) :]
+        parts = [part for part in path.split("/") if part not in ("", ".")]
+        if (not parts and not root) or ".." in parts:
+            raise Refused(f"invalid path {path!r}")
+        return parts
+
+    def _folder(self, parts: Sequence[str], path: str, create: bool = False) -> int:
+        """A descriptor of the folder `parts` below the root, entered one folder at a time from the held
+        root without following a link (created when `create`); the caller closes it. A link or a file
+        on the way is refused; other errors are raised naming `path`."""
+        fd = os.dup(self._fd)
+        try:
+            for part in parts:
+                try:
+                    inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                    inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+        except OSError as exc:
+            link = exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(part, fd)  # O_DIRECTORY: ENOTDIR
+            os.close(fd)
+            if link:
+                raise Refused(f"refused: a symbolic link is on the path {self.relative(path)}") from None
+            raise type(exc)(exc.errno, exc.strerror, path) from None
+        return fd
 
     def restore(self, path: str, files: Mapping[str, bytes]) -> None:
         """Make `path` (a file, or a folder) hold exactly `files` (root-relative paths under `path`).
@@ -218,6 +344,7 @@ class Layout:
 
 
 _OPEN_FOR_READING = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_OPEN_FOR_WRITING = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def read_plain(path: str) -> bytes | None:
@@ -234,12 +361,89 @@ def read_plain(path: str) -> bytes | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        chunks = []
-        while chunk := os.read(fd, 2**16):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return _read_all(fd)
     finally:
         os.close(fd)
+
+
+def _enter(name: str, fd: int) -> int | None:
+    """A descriptor of the folder `name` in the folder `fd`, entered without following a link; None
+    when there is no folder there (nothing, a file, a link: also one swapped in a moment ago)."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=fd)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            return None
+        raise
+
+
+def _is_link(name: str, fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _remove(name: str, fd: int) -> None:
+    """Delete `name` in the folder `fd`, whatever it is (a folder tree, a file, a link: never followed);
+    nothing there is fine."""
+    try:
+        if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+            try:
+                shutil.rmtree(name, dir_fd=fd)
+                return
+            except OSError:  # swapped for a link or a file since: take that instead
+                if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                    raise
+        os.unlink(name, dir_fd=fd)
+    except FileNotFoundError:
+        pass
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 2**16):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _named(path: str, call: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    """`call(*args, **kwargs)`, its OSError naming `path` (a call relative to a descriptor names only
+    the last component) and a link at the end refused."""
+    try:
+        return call(*args, **kwargs)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise Refused(f"refused: {os.path.basename(path)} is a symbolic link") from None
+        raise type(exc)(exc.errno, exc.strerror, path) from None
+
+
+def _plain_files_at(fd: int, rel: str, skip: str) -> Iterator[tuple[str, bytes]]:
+    """`Sandbox.plain_files` below the folder descriptor `fd` (closed here), `rel` its path."""
+    try:
+        with os.scandir(fd) as entries:
+            listed = sorted(
+                (entry.name, entry.is_dir(follow_symlinks=False), entry.is_file(follow_symlinks=False))
+                for entry in entries
+            )
+        files = []
+        for name, _, is_file in listed:
+            if is_file and rel + name != skip:
+                member = os.open(name, _OPEN_FOR_READING, dir_fd=fd)
+                try:
+                    files.append((rel + name, _read_all(member)))
+                finally:
+                    os.close(member)
+        folders = []
+        for name, is_dir, _ in listed:
+            if is_dir:
+                with contextlib.suppress(OSError):
+                    folders.append((name, os.open(name, _DIR_FLAGS, dir_fd=fd)))
+    finally:
+        os.close(fd)
+    yield from files
+    for name, inner in folders:
+        yield from _plain_files_at(inner, f"{rel}{name}/", skip)
 
 
 def split_invocation(text: str) -> list[str]:

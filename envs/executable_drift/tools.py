@@ -15,7 +15,9 @@ convention (the old invocation runs but its artefact fails the check), or both. 
 (syntax, convention) *flavours* are a job's candidate invocations; under each version exactly one
 succeeds. Tools write only through paths confined to the sandbox, refuse a path with a symlink on
 it or a file with more than one hard link (checked again when the file is opened for writing), and
-never follow a symlink when they walk a folder.
+never follow a symlink when they walk a folder; every file they open is reached from the sandbox's
+held descriptor (`Sandbox.open_new`, `read`, `plain_files`), so a folder swapped for a link after the
+check cannot redirect it.
 """
 
 from __future__ import annotations
@@ -29,16 +31,15 @@ import json
 import os
 import random
 import shlex
-import stat
 import tarfile
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, BinaryIO, ClassVar, NoReturn
+from typing import Any, ClassVar, NoReturn
 
-from envs.executable_drift.sandbox import Refused, Sandbox, read_plain
+from envs.executable_drift.sandbox import Refused, Sandbox
 
 
 class ToolError(Exception):
@@ -235,7 +236,7 @@ class Tool(ABC):
         convention = self.conventions[VERSIONS[version].convention]
         out = self.params(subject, convention)["out"]
         try:
-            data = read_plain(f"{sandbox.root}/{out}")
+            data = sandbox.read_plain(out)
         except OSError as exc:
             problem: str | None = f"unreadable ({type(exc).__name__}: {exc})"
         else:
@@ -313,28 +314,6 @@ def _tarball(members: tuple[tuple[str, bytes], ...]) -> bytes:
     return buffer.getvalue()
 
 
-def _plain_files(folder: str, name: str, skip: str) -> Iterator[tuple[str, str]]:
-    """(path, member name under `name`) of every plain file under `folder` but `skip`, in the order of a
-    top-down os.walk with sorted names: a folder's files, then its subfolders'. Links are neither
-    followed nor packed, and folders that cannot be listed are passed over, as os.walk does; one
-    scandir per folder and no stat (os.walk plus islink and isfile took three per file)."""
-    try:
-        with os.scandir(folder) as entries:
-            listed = sorted(
-                (entry.name, entry.is_dir(follow_symlinks=False), entry.is_file(follow_symlinks=False))
-                for entry in entries
-            )
-    except OSError:
-        return
-    for entry, _, is_file in listed:
-        path = f"{folder}/{entry}"
-        if is_file and path != skip:
-            yield path, f"{name}/{entry}"
-    for entry, is_dir, _ in listed:
-        if is_dir:
-            yield from _plain_files(f"{folder}/{entry}", f"{name}/{entry}", skip)
-
-
 def _csv_to_json(data: bytes, layout: str) -> tuple[bytes, int]:
     """The JSON (`layout` "array" or "lines") of a UTF-8 CSV table's records, and how many there are;
     memoised for small tables like `_pack`: parsing and dumping were most of a conversion's time."""
@@ -362,25 +341,8 @@ def _rng(*parts: str) -> random.Random:
     return random.Random("/".join(parts))
 
 
-_OPEN_FOR_WRITING = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-def _open_new(path: os.PathLike[str] | str) -> BinaryIO:
-    """Open an artefact for writing, emptied, creating its folders. Refused when a link or a special
-    file stands there now, even one planted after the path was checked: a symlink fails O_NOFOLLOW
-    (OSError), a FIFO fails O_NONBLOCK, and a hard link is seen before anything is truncated."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd = os.open(path, _OPEN_FOR_WRITING, 0o644)
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-        os.close(fd)
-        raise Refused(f"refused: {os.path.basename(path)} is not a plain file with one link")
-    os.ftruncate(fd, 0)
-    return os.fdopen(fd, "wb")
-
-
-def _write_new(path: os.PathLike[str] | str, data: bytes) -> None:
-    with _open_new(path) as handle:
+def _write_new(sandbox: Sandbox, path: str, data: bytes) -> None:
+    with sandbox.open_new(path) as handle:
         handle.write(data)
 
 
@@ -398,11 +360,9 @@ class Archive(Tool):
         src, out = params["src"], params["out"]
         if not os.path.isdir(src):
             raise ToolError(f"archive: error: {sandbox.relative(src)}: not a directory")
-        members = []
-        with _open_new(out) as handle:
-            for path, name in _plain_files(src, os.path.basename(src), out):
-                with open(path, "rb") as member:
-                    members.append((name, member.read()))
+        name, inside = os.path.basename(src), out.removeprefix(src.rstrip("/") + "/")
+        with sandbox.open_new(out) as handle:
+            members = [(f"{name}/{path}", data) for path, data in sandbox.plain_files(src, skip=inside)]
             handle.write(_pack(tuple(members)))
         return f"archive: packed {len(members)} files into {sandbox.relative(out)}"
 
@@ -459,13 +419,12 @@ class Convert(Tool):
 
     def operate(self, sandbox: Sandbox, params: dict[str, Any]) -> str:
         src, out = params["src"], params["out"]
-        with open(src, "rb") as handle:
-            data = handle.read()
+        data = sandbox.read(src)
         try:
             text, count = _csv_to_json(data, params["layout"])
         except (csv.Error, UnicodeDecodeError) as exc:
             raise ToolError(f"convert: error: {sandbox.relative(src)}: not a CSV table ({exc})") from None
-        _write_new(out, text)
+        _write_new(sandbox, out, text)
         return f"convert: wrote {count} records to {sandbox.relative(out)}"
 
     def describe(self, subject: str) -> str:
@@ -526,9 +485,8 @@ class Checksum(Tool):
 
     def operate(self, sandbox: Sandbox, params: dict[str, Any]) -> str:
         src, out = params["src"], params["out"]
-        with open(src, "rb") as handle:
-            digest = hashlib.sha256(handle.read()).hexdigest()
-        _write_new(out, self._line(digest, sandbox.relative(src), params["style"]).encode())
+        digest = hashlib.sha256(sandbox.read(src)).hexdigest()
+        _write_new(sandbox, out, self._line(digest, sandbox.relative(src), params["style"]).encode())
         return f"checksum: wrote the SHA-256 of {sandbox.relative(src)} to {sandbox.relative(out)}"
 
     def describe(self, subject: str) -> str:
@@ -578,7 +536,7 @@ class Configure(Tool):
 
     def operate(self, sandbox: Sandbox, params: dict[str, Any]) -> str:
         out = params["out"]
-        _write_new(out, self._render(params["service"], params["port"], params["format"]).encode())
+        _write_new(sandbox, out, self._render(params["service"], params["port"], params["format"]).encode())
         return f"configure: wrote {params['format']} config of {params['service']} to {sandbox.relative(out)}"
 
     def describe(self, subject: str) -> str:
@@ -626,9 +584,7 @@ class Publish(Tool):
         src, out = params["src"], params["out"]
         if src == out:
             raise ToolError(f"publish: error: {sandbox.relative(src)}: source and destination are one file")
-        with open(src, "rb") as handle:
-            data = handle.read()
-        _write_new(out, data)
+        _write_new(sandbox, out, sandbox.read(src))
         return f"publish: copied {sandbox.relative(src)} to {sandbox.relative(out)}"
 
     def describe(self, subject: str) -> str:

@@ -4,7 +4,9 @@ A paper run makes about 10^5 tool calls, too many to start a process for each. `
 child (`python -m envs.executable_drift.worker`) that imports the tools once and serves calls over a pipe:
 length-prefixed pickles, one request and one reply per call. The parent waits for a reply at most the
 call's time limit; a call that overruns (or a child that dies) is stopped by killing that child, and a
-fresh one is started for the next call. The child's stdout is the reply pipe, so tools never print.
+fresh one is started for the next call. A call whose child died is counted in `died_calls`: the
+environment runs it again from a clean sandbox, so that a worker killed from outside changes no outcome.
+The child's stdout is the reply pipe, so tools never print.
 
 The child keeps no state between calls, so the environments of one process that are open at the same
 time (a run's seeds) share one child through `SharedToolWorker` handles: starting a Python child costs
@@ -32,6 +34,7 @@ _HEADER = 4
 _CHUNK = 2**16  # bytes asked of the first read of a message (a pipe's default capacity)
 _MAX_FILE_BYTES = 16 * 2**20  # RLIMIT_FSIZE in the child: no tool call can fill the disk
 _STARTUP_SECONDS = 60.0
+_START_ATTEMPTS = 3
 
 
 class ToolWorker:
@@ -49,6 +52,7 @@ class ToolWorker:
         self._proc: subprocess.Popen[bytes] | None = None
         self._finalizer: weakref.finalize | None = None
         self.stopped_calls = 0  # calls that overran or crashed, each costing a restart
+        self.died_calls = 0  # of those, calls whose process died (killed from outside, or crashed)
 
     @property
     def pid(self) -> int | None:
@@ -72,6 +76,7 @@ class ToolWorker:
         except (EOFError, OSError):
             code = self._stop()
             self.stopped_calls += 1
+            self.died_calls += 1
             return False, f"{tool}: stopped: the tool process died (exit code {code})"
 
     def close(self) -> None:
@@ -85,6 +90,17 @@ class ToolWorker:
         self.close()
 
     def _start(self) -> None:
+        """Start a child; one that dies while it starts (killed, e.g. by a kill meant for its
+        predecessor) is started again, up to _START_ATTEMPTS times in all."""
+        for attempt in range(1, _START_ATTEMPTS + 1):
+            try:
+                self._start_once()
+                return
+            except RuntimeError:
+                if attempt == _START_ATTEMPTS:
+                    raise
+
+    def _start_once(self) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "envs.executable_drift.worker"],
@@ -144,6 +160,11 @@ class SharedToolWorker:
     def stopped_calls(self) -> int:
         """Calls of the shared worker that overran or crashed (through any handle)."""
         return self._shared[0].stopped_calls if self._shared is not None else 0
+
+    @property
+    def died_calls(self) -> int:
+        """Calls of the shared worker whose process died (through any handle)."""
+        return self._shared[0].died_calls if self._shared is not None else 0
 
     def call(
         self, tool: str, argv: list[str], version: str, root: str, time_limit: float

@@ -13,10 +13,12 @@ The data is never part of the project. Where it comes from, in order:
    cache folder.
 
 Without any of these the loader raises `DataNotFoundError`, whose message names both ways. What is read
-is checked (UTF-8, JSON, a non-empty context, questions and answers as lists of equal length, non-empty
-templates): a problem is a `DataError`, one line naming the file and what is wrong. Each record carries
-the sha256 of its row and the templates the sha256 of their files, which the environment reports as its
-`provenance`, part of a stream's identity: changed data makes a new stream, never a trusted old one.
+is checked (UTF-8, JSON, a non-empty context, questions and answers as lists of equal length, no blank
+gold answer: one the metric normalises to nothing matches every reply; non-empty templates, a question
+template for every relation of a fact): a problem is a `DataError`, one line naming the file and what is
+wrong. Each record carries the sha256 of its row and the templates the sha256 of their files, which the
+environment reports as its `provenance`, part of a stream's identity: changed data makes a new stream,
+never a trusted old one.
 Parsed files are cached per process: several runs in one process read the 2.7 MB JSON once.
 """
 
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.memoryagentbench.download import HF_DATASET, DownloadError, fetch_split_rows
+from envs.memoryagentbench.metric import normalize_answer
 
 DATA_DIR_ENV = "TEPA_DATA_DIR"
 HF_SPLIT = "Conflict_Resolution"
@@ -76,6 +79,7 @@ class FactConsolidationRecord:
     answers: tuple[tuple[str, ...], ...]
     qa_pair_ids: tuple[str, ...]
     sha256: str = ""  # of the row as read (canonical JSON): part of a stream's identity
+    where: str = field(default="", compare=False)  # file and row it was read from, for error messages
 
 
 def row_sha256(row: Any) -> str:
@@ -132,7 +136,8 @@ def local_data_dir(data_dir: str | os.PathLike | None = None) -> Path | None:
 
 def _record(row: Any, where: str) -> FactConsolidationRecord:
     """A checked row: a non-empty context, questions and answers as lists of equal length (each answer
-    a list of strings), a source name; `where` names the row in error messages."""
+    a list of strings, none blank once normalised: "" is in every reply), a source name; `where` names
+    the row in error messages."""
     meta = row.get("metadata") if isinstance(row, dict) else None
     if not isinstance(meta, dict) or not isinstance(meta.get("source"), str) or not meta["source"]:
         raise DataError(f"{where}: no metadata.source (the row's source name)")
@@ -148,6 +153,14 @@ def _record(row: Any, where: str) -> FactConsolidationRecord:
         raise DataError(f"{where}: answers must be a list of lists of strings")
     if len(questions) != len(answers):
         raise DataError(f"{where}: {len(questions)} questions but {len(answers)} answers")
+    blank = next(
+        (i for i, golds in enumerate(answers) if not golds or not all(map(normalize_answer, golds))), None
+    )
+    if blank is not None:
+        raise DataError(
+            f"{where}: the answers of question {blank} are missing or blank after normalisation "
+            f"({answers[blank]!r}); a blank gold answer would match every reply"
+        )
     return FactConsolidationRecord(
         source=meta["source"],
         context=context,
@@ -155,6 +168,7 @@ def _record(row: Any, where: str) -> FactConsolidationRecord:
         answers=tuple(tuple(golds) for golds in answers),
         qa_pair_ids=tuple(meta.get("qa_pair_ids") or ()),
         sha256=row_sha256(row),
+        where=where,
     )
 
 
@@ -201,6 +215,12 @@ def _templates(payloads: dict[str, bytes], folder: Path | str) -> MQuAKETemplate
         if bad is not None:
             raise DataError(f"{path}: the template of {bad!r} is not a non-empty string")
         parsed[name] = table
+    missing = sorted(set(parsed["cloze_templates.json"]) - set(parsed["question_templates.json"]))
+    if missing:
+        raise DataError(
+            f"{Path(folder) / 'question_templates.json'}: no question for the relation(s) "
+            f"{', '.join(missing)} of cloze_templates.json (a multi-hop question asks each hop's relation)"
+        )
     return MQuAKETemplates(
         cloze=parsed["cloze_templates.json"],
         question=parsed["question_templates.json"],

@@ -26,7 +26,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from envs.memoryagentbench.data import FactConsolidationRecord, MQuAKETemplates
+from analysis.record import INT64_MAX
+from envs.memoryagentbench.data import DataError, FactConsolidationRecord, MQuAKETemplates
 from envs.memoryagentbench.metric import substring_exact_match
 
 SUBJECT_SLOT, OBJECT_SLOT = "[X]", "__"
@@ -370,9 +371,21 @@ class ParsedSource:
 
 
 def parse_source(record: FactConsolidationRecord, templates: MQuAKETemplates) -> ParsedSource:
-    """Parse a record's facts and questions with `templates` and count the coverage."""
+    """Parse a record's facts and questions with `templates` and count the coverage. A context whose
+    serials do not increase, or whose times would not fit the episode log, is a `DataError` naming
+    the row."""
     parser = parser_for(templates)
-    lines = parse_context(record.context, parser)
+    where = record.where or record.source
+    try:
+        lines = parse_context(record.context, parser)
+    except ValueError as exc:
+        raise DataError(f"{where}: {exc}") from None
+    last = (lines[-1].serial if lines else -1) + len(record.questions)  # the last question's time
+    if last > INT64_MAX:
+        raise DataError(
+            f"{where}: context: fact serial {lines[-1].serial} is too large: the questions' times follow "
+            f"the last serial and must fit the episode log's int64 (<= 2**63 - 1)"
+        )
     graph = FactGraph(line.fact for line in lines if line.fact)
     questions = parse_questions(record, parser, graph)
     return ParsedSource(record, lines, questions, parse_coverage(record, lines, questions, graph))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,3 +58,23 @@ class Backend(Protocol):
     async def aclose(self) -> None:
         """Release connections and files once the run's streams are done (called once, also after a
         failure)."""
+
+
+def total_stats(earlier: Mapping[str, Any], later: Mapping[str, Any]) -> dict[str, Any]:
+    """Two invocations' `stats()` as one: counts and costs added (nested counters key by key), anything
+    else (the model, the endpoint) as `later` says. How a resumed stream reports what all the
+    invocations that worked on it spent."""
+    total = dict(earlier)
+    for key, value in later.items():
+        before = total.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            total[key] = total_stats(before, value)
+        elif _is_number(value) and _is_number(before):
+            total[key] = round(before + value, 6) if isinstance(before + value, float) else before + value
+        else:
+            total[key] = value
+    return total
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -10,13 +10,16 @@ Why it looks the way it does:
   cleanly and resumes later instead of logging hundreds of empty answers.
 - The API key is read from the environment variable *named* by `api_key_env` when a client is made and is
   never kept on this object: `repr()`, `stats()` and pickling never contain it. An endpoint may echo it
-  (in a reply or an error): its value is scrubbed from both before anything is logged or cached.
-- The endpoint is not trusted: one wait for a retry is at most `retry_after_max` (default
-  `backoff_max`), whatever Retry-After says; the time a run spends on failed attempts and retry waits
-  together is at most `max_retry_wait` (plus the attempts in flight, each at most `timeout`), after
-  which the run stops (BackendExhausted) and a rerun resumes it; replies longer than `max_reply_chars`
-  are cut (and flagged `truncated`); token counts that cannot be true (negative, absurdly large, not
-  integers) count as missing.
+  (in a reply or an error): its value and anything shaped like a key (`runners.llm.secrets`) are
+  scrubbed from both where they are received; a reply that had to be scrubbed is never cached.
+- The endpoint is not trusted: an attempt must end within `timeout` as a whole (the client's own timeout is
+  per read, which a body trickled a byte at a time never trips); a body is read up to
+  `runners.llm.capped_transport.MAX_BODY_BYTES`, uncompressed; one wait for a retry is at most
+  `retry_after_max` (default `backoff_max`), whatever Retry-After says; the time a run spends on failed
+  attempts and retry waits together is at most `max_retry_wait` (plus the attempts in flight, each at most
+  `timeout`), after which the run stops (BackendExhausted) and a rerun resumes it; replies longer than
+  `max_reply_chars` are cut (and flagged `truncated`); token counts that cannot be true (negative, absurdly
+  large, not integers) count as missing.
 - Token counts come from the endpoint's `usage`; when it reports none they are counted without a tokenizer
   (`runners.agent.prompt.count_tokens`: words, digits and symbols, plus 4 tokens per message; tiktoken is not
   used because it downloads its encodings at run time).
@@ -35,16 +38,19 @@ import re
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 from urllib.parse import urlsplit, urlunsplit
-
-import openai
 
 from runners.agent.prompt import ANSWER_CUE, completion_prompt, count_message_tokens, count_tokens
 from runners.config import ConfigError
 from runners.llm.backend import BackendExhausted, Reply, Request
 from runners.llm.loglik import NoPromptLogprobs, OptionScore, choose, continuation, option_loglik
-from runners.llm.response_cache import ResponseCache, cache_key
+from runners.llm.response_cache import CachedReply, CacheError, ResponseCache, cache_key
+from runners.llm.secrets import scrub
+
+if TYPE_CHECKING:  # imported where it is used: the client takes most of a second, and a plan never calls
+    import openai
 
 SCORINGS = ("text", "logprobs", "loglik")
 MAX_RETRY_AFTER = 120.0  # seconds; a longer Retry-After is treated as this long (then retry_after_max)
@@ -52,6 +58,16 @@ MAX_TOKEN_COUNT = 10**9  # a usage count above this (or below 0) is not a real c
 LOCAL_DUMMY_KEY = "sk-no-key-required"
 LABEL_INSTRUCTION = "Reply with the label of one option only: {labels}."
 _MAX_TOP_LOGPROBS = 20  # OpenAI's upper limit for top_logprobs
+
+
+@dataclass(frozen=True)
+class _Runtime:
+    """What a backend holds per event loop: the client, the concurrency limit, the budget's condition."""
+
+    loop: asyncio.AbstractEventLoop
+    client: openai.AsyncOpenAI
+    limit: asyncio.Semaphore
+    budget: asyncio.Condition
 
 
 class _Transient(Exception):
@@ -99,7 +115,7 @@ def backoff_delay(
     streams do not retry in lockstep."""
     if retry_after is not None:
         return retry_after
-    return min(cap, base * 2.0**attempt) * rng.uniform(0.5, 1.0)
+    return min(cap, base * 2.0 ** min(attempt, 64)) * rng.uniform(0.5, 1.0)  # 2.0**1024 overflows
 
 
 def pick_label(top_logprobs: Sequence[Mapping[str, object]], labels: Sequence[str]) -> str | None:
@@ -110,6 +126,8 @@ def pick_label(top_logprobs: Sequence[Mapping[str, object]], labels: Sequence[st
     best: dict[str, float] = {}
     wanted = set(labels)
     for entry in top_logprobs:
+        if not isinstance(entry, Mapping):  # an endpoint's malformed entry: not an alternative
+            continue
         token = str(entry.get("token", "")).strip().rstrip(".):")
         logprob = entry.get("logprob")
         if token in wanted and isinstance(logprob, int | float):
@@ -190,10 +208,11 @@ class OpenAIBackend:
     that returns no prompt log-probabilities stops the run with a ConfigError. `cache_path` (a SQLite
     file) makes reruns free and identical; None disables it.
 
-    `max_total_tokens` caps the tokens (prompt and completion) this backend's new calls may spend: once
-    they are spent the next new call raises BackendExhausted, so the run stops cleanly and a rerun
-    resumes it (cached replies cost nothing). `price_in` / `price_out` (per million prompt / completion
-    tokens) turn the spent tokens into `cost` in `stats()`.
+    `max_total_tokens` caps the tokens (prompt and completion) this backend's new calls may spend, as a
+    reservation shared by concurrent calls (`_reserve`): once they are spent the next new call raises
+    BackendExhausted, so the run stops cleanly and a rerun resumes it (cached replies cost nothing).
+    `price_in` / `price_out` (per million prompt / completion tokens) turn the spent tokens into `cost`
+    in `stats()`.
     """
 
     name = "openai"
@@ -272,13 +291,19 @@ class OpenAIBackend:
         self.price_in = price_in
         self.price_out = price_out
         self.cache = ResponseCache(cache_path) if cache_path is not None else None
+        if self.cache is not None:
+            try:
+                self.cache.check()  # a file that is no reply cache stops the run before any episode
+            except CacheError as exc:
+                raise ValueError(f"cache_path={cache_path}: {exc}") from None
         self._rng = random.Random()
         self._counts: Counter[str] = Counter()
         self._faults: Counter[str] = Counter()
         self._retry_wait = 0.0
         self._lost = 0.0  # seconds of failed attempts and retry waits, against max_retry_wait
         self._last_failure = ""  # redacted, for the BackendExhausted message
-        self._runtime: tuple[asyncio.AbstractEventLoop, openai.AsyncOpenAI, asyncio.Semaphore] | None = None
+        self._reserved = 0  # tokens that calls in flight may still spend (see `_reserve`)
+        self._runtime: _Runtime | None = None
 
     def __repr__(self) -> str:
         return (
@@ -292,23 +317,32 @@ class OpenAIBackend:
         state["_runtime"] = None
         return state
 
-    def _session(self) -> tuple[openai.AsyncOpenAI, asyncio.Semaphore]:
-        """The client and the concurrency limit for the running event loop (made on first use in it)."""
+    def _session(self) -> _Runtime:
+        """The client, the concurrency limit and the budget's condition for the running event loop (made
+        on first use in it)."""
+        import openai
+
+        from runners.llm.capped_transport import CappedTransport
+
         loop = asyncio.get_running_loop()
-        if self._runtime is None or self._runtime[0] is not loop:
+        if self._runtime is None or self._runtime.loop is not loop:
             client = openai.AsyncOpenAI(
                 api_key=os.environ.get(self.api_key_env) or LOCAL_DUMMY_KEY,
                 base_url=self.base_url,
                 timeout=self.timeout,
                 max_retries=0,
+                default_headers={"Accept-Encoding": "identity"},
+                http_client=openai.DefaultAsyncHttpxClient(transport=CappedTransport(), timeout=self.timeout),
             )
-            self._runtime = (loop, client, asyncio.Semaphore(self.max_concurrency))
-        return self._runtime[1], self._runtime[2]
+            self._runtime = _Runtime(
+                loop, client, asyncio.Semaphore(self.max_concurrency), asyncio.Condition()
+            )
+        return self._runtime
 
     async def aclose(self) -> None:
         """Close the HTTP connections and the cache (call once at the end of a run)."""
         if self._runtime is not None:
-            await self._runtime[1].close()
+            await self._runtime.client.close()
             self._runtime = None
         if self.cache is not None:
             self.cache.close()
@@ -335,12 +369,11 @@ class OpenAIBackend:
         if self._counts["failed_calls"] >= self.max_failed_calls:
             raise BackendExhausted(self._exhausted_message())
         self._counts["calls"] += 1
-        spent = self._counts["prompt_tokens"] + self._counts["completion_tokens"]
         start = time.perf_counter()
         key = None
         if self.cache is not None:
             key = cache_key(self.model, request.messages, self._key_params(request))
-            hit = self.cache.get(key)
+            hit = self._cached(key)
             if hit is not None:
                 return Reply(
                     hit.text,
@@ -350,10 +383,7 @@ class OpenAIBackend:
                     cached=True,
                     truncated=hit.truncated,
                 )
-        if self.max_total_tokens is not None and spent >= self.max_total_tokens:
-            raise BackendExhausted(
-                f"llm.max_total_tokens={self.max_total_tokens} spent ({spent} tokens by this run's calls)"
-            )
+        reservation = await self._reserve(request)
         try:
             text, prompt_tokens, completion_tokens = await self._answer(request)
         except _CallFailed as exc:
@@ -362,16 +392,80 @@ class OpenAIBackend:
             if self._counts["failed_calls"] >= self.max_failed_calls:
                 raise BackendExhausted(self._exhausted_message()) from None
             return Reply("", latency=time.perf_counter() - start, error=self._last_failure)
-        self._counts["prompt_tokens"] += prompt_tokens
-        self._counts["completion_tokens"] += completion_tokens
-        text = self._scrub(text)
+        else:
+            self._counts["prompt_tokens"] += prompt_tokens
+            self._counts["completion_tokens"] += completion_tokens
+        finally:
+            await self._settle(reservation)
+        scrubbed = self._scrub(text)
+        if scrubbed != text:  # logged redacted, never cached: a rerun asks again
+            self._counts["redacted_replies"] += 1
+            key = None
+        text = scrubbed
         truncated = len(text) > self.max_reply_chars
         if truncated:
             text = text[: self.max_reply_chars]
             self._counts["truncated_replies"] += 1
         if key is not None:
-            self.cache.put(key, self.model, text, prompt_tokens, completion_tokens, truncated)
+            self._store(key, text, prompt_tokens, completion_tokens, truncated)
         return Reply(text, prompt_tokens, completion_tokens, time.perf_counter() - start, truncated=truncated)
+
+    def _cached(self, key: str) -> CachedReply | None:
+        try:
+            return self.cache.get(key)
+        except CacheError as exc:
+            raise BackendExhausted(f"llm.cache_path={self.cache.path}: {exc}") from None
+
+    def _store(
+        self, key: str, text: str, prompt_tokens: int, completion_tokens: int, truncated: bool
+    ) -> None:
+        try:
+            self.cache.put(key, self.model, text, prompt_tokens, completion_tokens, truncated)
+        except CacheError as exc:
+            raise BackendExhausted(f"llm.cache_path={self.cache.path}: {exc}") from None
+
+    async def _reserve(self, request: Request) -> int:
+        """Reserve the most a new call can spend against `max_total_tokens` (0 without a budget).
+
+        A call starts only while the tokens spent plus those reserved by calls in flight are below the
+        budget; otherwise it waits for the calls in flight to settle, and raises BackendExhausted once
+        none is left in flight. So concurrent streams together overshoot the budget by less than one
+        call's reservation (as far as the endpoint's token counts match `planned_cost`'s estimates)."""
+        if self.max_total_tokens is None:
+            return 0
+        condition = self._session().budget
+        async with condition:
+            while True:
+                spent = self._counts["prompt_tokens"] + self._counts["completion_tokens"]
+                if spent + self._reserved < self.max_total_tokens:
+                    need = self._worst_case(request)
+                    self._reserved += need
+                    return need
+                if self._reserved == 0:
+                    raise BackendExhausted(
+                        f"llm.max_total_tokens={self.max_total_tokens} spent ({spent} tokens by this run's "
+                        "calls)"
+                    )
+                await condition.wait()
+
+    async def _settle(self, reservation: int) -> None:
+        """Release a call's reservation (its real cost is counted by now) and wake the calls waiting."""
+        if not reservation:
+            return
+        self._reserved -= reservation
+        condition = self._session().budget
+        async with condition:
+            condition.notify_all()
+
+    def _worst_case(self, request: Request) -> int:
+        """The most tokens answering `request` can spend: its prompts (estimated) plus `max_tokens` per
+        request (`max_reply_chars` when unlimited), and a logprob probe's free-text fallback."""
+        longest = self.max_tokens or self.max_reply_chars
+        _, prompt, completion = planned_cost(request, self.scoring, longest)
+        if self.scoring == "logprobs" and request.labels:
+            _, fallback_prompt, fallback_completion = planned_cost(request, "text", longest)
+            prompt, completion = prompt + fallback_prompt, completion + fallback_completion
+        return prompt + completion
 
     async def _answer(self, request: Request) -> tuple[str, int, int]:
         """(text, prompt tokens, completion tokens) for one request, including a logprob fallback's cost."""
@@ -449,44 +543,55 @@ class OpenAIBackend:
             if exc.refused and re.match(r"HTTP (404|405|501)\b", str(exc)):
                 raise ConfigError(
                     f"llm.scoring=loglik: {_public_url(self.base_url)} has no /completions endpoint "
-                    f"({str(exc)[:80]}); use llm.scoring=logprobs or text"
+                    f"({' '.join(str(exc).split())[:80]}); use llm.scoring=logprobs or text"
                 ) from None
             raise
 
     async def _call(self, messages: list[dict] | str, completions: bool = False, **params: object) -> tuple:
         """One chat completion (or, with `completions`, a text completion of the prompt `messages`),
         retried on transient failures; raises _CallFailed."""
-        client, limit = self._session()
+        import openai
+
+        from runners.llm.capped_transport import Oversized
+
+        session = self._session()
+        client = session.client
         for attempt in range(self.max_retries + 1):
             began = time.monotonic()
             try:
-                async with limit:
+                async with session.limit:
                     if self._counts["failed_calls"] >= self.max_failed_calls:
                         # another stream's call exhausted the endpoint while this one waited its turn
                         raise BackendExhausted(self._exhausted_message())
                     self._counts["requests"] += 1
-                    if completions:
-                        raw = await client.completions.with_raw_response.create(
-                            model=self.model, prompt=messages, **params
-                        )
-                    else:
-                        raw = await client.chat.completions.with_raw_response.create(
-                            model=self.model, messages=messages, **params
-                        )
-                    body = raw.http_response.content
+                    # The whole exchange within `timeout`: the client's own timeout is per read, which
+                    # a server trickling its body a byte at a time never trips.
+                    async with asyncio.timeout(self.timeout):
+                        if completions:
+                            raw = await client.completions.with_raw_response.create(
+                                model=self.model, prompt=messages, **params
+                            )
+                        else:
+                            raw = await client.chat.completions.with_raw_response.create(
+                                model=self.model, messages=messages, **params
+                            )
+                        body = raw.http_response.content
                 return _parse_text_completion(body) if completions else _parse_completion(body)
             except openai.APIStatusError as exc:
                 status = exc.status_code
+                message = self._redact(exc.message)  # an endpoint may echo the key in its error
                 if not (status in (408, 409, 429) or status >= 500):
-                    raise _CallFailed(f"HTTP {status}: {exc.message}", refused=True) from None
+                    raise _CallFailed(f"HTTP {status}: {message}", refused=True) from None
                 kind = "rate_limited" if status == 429 else f"http_{status}"
                 failure = _Transient(
-                    kind, exc.message, parse_retry_after(exc.response.headers.get("retry-after"))
+                    kind, message, parse_retry_after(exc.response.headers.get("retry-after"))
                 )
-            except openai.APITimeoutError:
-                failure = _Transient("timeout", f"no answer within {self.timeout} s")
+            except (openai.APITimeoutError, TimeoutError):
+                failure = _Transient("timeout", f"no complete answer within {self.timeout:g} s")
             except openai.APIConnectionError as exc:
-                failure = _Transient("connection", str(exc.__cause__ or exc))
+                failure = _Transient("connection", self._redact(str(exc.__cause__ or exc)))
+            except Oversized as exc:
+                failure = _Transient("oversized", str(exc))
             except _Transient as exc:
                 failure = exc
             self._faults[failure.kind] += 1
@@ -513,10 +618,9 @@ class OpenAIBackend:
         )
 
     def _scrub(self, text: str) -> str:
-        """`text` without the key (an endpoint may echo the Authorization header, masked or not)."""
-        key = os.environ.get(self.api_key_env)
-        text = text.replace(key, "[redacted]") if key else text
-        return re.sub(r"sk-[A-Za-z0-9_\-*.]{4,}", "sk-[redacted]", text) if "sk-" in text else text
+        """`text` without the key or anything shaped like one (an endpoint may echo the Authorization
+        header); ordinary words are left alone (`runners.llm.secrets`)."""
+        return scrub(text, os.environ.get(self.api_key_env))
 
     def _redact(self, text: str) -> str:
         """An error message fit for the episode log: scrubbed, and short."""
@@ -544,6 +648,7 @@ class OpenAIBackend:
             "retries": counts["retries"],
             "retry_wait_s": round(self._retry_wait, 3),
             "truncated_replies": counts["truncated_replies"],
+            "redacted_replies": counts["redacted_replies"],
             "faults": dict(sorted(self._faults.items())),
             "failed_calls": counts["failed_calls"],
             "logprob_fallbacks": counts["logprob_fallbacks"],

@@ -3,7 +3,8 @@
 One SQLite file in WAL mode. A single connection per process is guarded by a lock, so concurrent streams
 (threads or asyncio tasks) can share one cache, and several processes of a Hydra multirun can share one file
 (SQLite's own locking, with a generous busy timeout). Only successful replies are stored, after the
-backend has cut them to its length limit and scrubbed its key from them.
+backend has cut them to its length limit and scrubbed its key from them. A file that cannot serve as
+the cache (not SQLite, damaged, unwritable) raises CacheError, one line without the SQL.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ CREATE TABLE IF NOT EXISTS replies (
     truncated INTEGER NOT NULL DEFAULT 0
 )
 """
+
+
+class CacheError(Exception):
+    """The cache file cannot be used; the message says why (the caller names the file)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,23 +82,38 @@ class ResponseCache:
 
     def _conn(self) -> sqlite3.Connection:
         if self._connection is None or self._pid != os.getpid():
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
-            _setup(conn)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            except (OSError, sqlite3.Error) as exc:
+                raise CacheError(f"cannot open the reply cache ({exc})") from None
+            try:
+                _setup(conn)
+            except sqlite3.Error as exc:
+                conn.close()
+                raise CacheError(
+                    f"not a usable reply cache ({exc}); move the file away or set another"
+                ) from None
             self._connection, self._pid = conn, os.getpid()
         return self._connection
+
+    def _execute(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
+        try:
+            return self._conn().execute(sql, args)
+        except sqlite3.Error as exc:
+            raise CacheError(f"the reply cache failed ({exc})") from None
+
+    def check(self) -> None:
+        """Open the file (creating it if missing) and check that it is a reply cache; CacheError if not."""
+        with self._lock:
+            self._execute("SELECT COUNT(*) FROM replies").fetchone()
 
     def get(self, key: str) -> CachedReply | None:
         """The stored reply for `key`, counting a hit or a miss."""
         with self._lock:
-            row = (
-                self._conn()
-                .execute(
-                    "SELECT text, prompt_tokens, completion_tokens, truncated FROM replies WHERE key = ?",
-                    (key,),
-                )
-                .fetchone()
-            )
+            row = self._execute(
+                "SELECT text, prompt_tokens, completion_tokens, truncated FROM replies WHERE key = ?", (key,)
+            ).fetchone()
             if row is None:
                 self.misses += 1
                 return None
@@ -111,7 +131,7 @@ class ResponseCache:
     ) -> None:
         """Store one successful reply (a later put for the same key replaces it)."""
         with self._lock:
-            self._conn().execute(
+            self._execute(
                 "INSERT OR REPLACE INTO replies (key, model, text, prompt_tokens, completion_tokens, "
                 "truncated) VALUES (?, ?, ?, ?, ?, ?)",
                 (key, model, text, int(prompt_tokens), int(completion_tokens), int(truncated)),
@@ -119,7 +139,7 @@ class ResponseCache:
 
     def __len__(self) -> int:
         with self._lock:
-            return self._conn().execute("SELECT COUNT(*) FROM replies").fetchone()[0]
+            return self._execute("SELECT COUNT(*) FROM replies").fetchone()[0]
 
     def stats(self) -> dict:
         return {"cache_hits": self.hits, "cache_misses": self.misses}

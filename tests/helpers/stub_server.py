@@ -5,6 +5,7 @@ as vLLM returns them."""
 from __future__ import annotations
 
 import json
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -68,10 +69,19 @@ def echoed(body: dict, favour: str = "", usage: bool = False) -> dict:
 
 @dataclass
 class StubReply:
+    """One answer. `trickle`: send the headers, then the body one byte every `trickle` seconds (a
+    slow-loris endpoint). `flood`: instead of `body`, stream that many bytes of filler without a
+    Content-Length, until the client hangs up (`flooded` counts what was sent)."""
+
     status: int = 200
     body: dict | bytes = field(default_factory=completion)
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    trickle: float = 0.0
+    flood: int = 0
+
+
+MAX_TRICKLE_S = 60.0  # a trickled body is abandoned after this long, so a test can never hang on it
 
 
 class StubServer(LoopbackServer):
@@ -88,6 +98,7 @@ class StubServer(LoopbackServer):
         self.paths: list[str] = []
         self.headers: list[dict[str, str]] = []
         self.in_flight = self.max_in_flight = 0
+        self.flooded = 0
         self.default = StubReply()
         # When set, answers every request that the script does not: from the request body (its headers
         # are `headers[-1]`), a body or a whole StubReply.
@@ -119,4 +130,46 @@ class StubServer(LoopbackServer):
         with self._lock:
             self.in_flight -= 1
         payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
-        send(request, reply.status, {"Content-Type": "application/json", **reply.headers}, payload)
+        headers = {"Content-Type": "application/json", **reply.headers}
+        if reply.flood:
+            self._flood(request, reply.status, headers, reply.flood)
+        elif reply.trickle:
+            self._trickle(request, reply.status, headers, payload, reply.trickle)
+        else:
+            send(request, reply.status, headers, payload)
+
+    def _trickle(
+        self, request: BaseHTTPRequestHandler, status: int, headers: dict[str, str], body: bytes, every: float
+    ) -> None:
+        request.send_response(status)
+        for name, value in {**headers, "Content-Length": str(len(body))}.items():
+            request.send_header(name, value)
+        request.end_headers()
+        deadline = time.monotonic() + MAX_TRICKLE_S
+        try:
+            for i in range(len(body)):
+                request.wfile.write(body[i : i + 1])
+                request.wfile.flush()
+                if self._stop.wait(every) or time.monotonic() > deadline:
+                    break
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        request.close_connection = True
+
+    def _flood(
+        self, request: BaseHTTPRequestHandler, status: int, headers: dict[str, str], size: int
+    ) -> None:
+        request.send_response(status)
+        for name, value in {**headers, "Transfer-Encoding": "chunked"}.items():
+            request.send_header(name, value)
+        request.end_headers()
+        chunk = b"x" * (1 << 16)
+        try:
+            while self.flooded < size and not self._stop.is_set():
+                request.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                with self._lock:
+                    self.flooded += len(chunk)
+            request.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        request.close_connection = True

@@ -35,6 +35,11 @@ from typing import ClassVar
 from runners.agent.prompt import EVIDENCE_LINE, HINT_PREFIX, LABELS, OPTION_LINE, STEP_LINE, estimate_tokens
 from runners.llm.backend import Reply, Request
 
+#: The largest evidence weight. A score sums weight x log1p(count) (at most about 44 x weight) over a
+#: prompt's lines: with weights near 1e308 it overflows, support and failure cancel to NaN and no option
+#: is best. 1e6 keeps any prompt's sum finite; the reader's choices depend only on the weights' ratios.
+MAX_WEIGHT = 1e6
+
 
 @dataclass
 class SimulatedBackend:
@@ -50,8 +55,8 @@ class SimulatedBackend:
         if not 0.0 <= self.lapse <= 1.0:
             raise ValueError(f"lapse={self.lapse}: must be in [0, 1]")
         for field in ("w_support", "w_failure", "w_hint"):
-            if getattr(self, field) < 0:
-                raise ValueError(f"{field}={getattr(self, field)}: must be >= 0")
+            if not 0 <= getattr(self, field) <= MAX_WEIGHT:
+                raise ValueError(f"{field}={getattr(self, field)}: must be in [0, {MAX_WEIGHT:g}]")
         if self.half_life <= 0:
             raise ValueError(f"half_life={self.half_life}: must be > 0")
         self._calls = 0

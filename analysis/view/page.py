@@ -1,0 +1,253 @@
+"""The viewer's HTML file: the page template (`page.html`, inline script and style) with the data embedded.
+
+The data are JSON in `<script type="application/json">` tags, one for the runs table and one per
+stream, which the page parses only when the stream is opened (so a page of hundreds of streams opens at
+once). Everything in them comes from logs and is untrusted: the page inserts it as text only, and every
+`<` is written as `\\u003c`, so no text can close the tag. Output is ASCII and deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.report.timeline import STATE_COLORS
+from analysis.view import sample
+from analysis.view.samples import SAMPLE_COLUMNS, decode, stale_lines
+from analysis.view.streams import SHOWN_COLUMNS, Skipped, Stream, find_streams, order, read_stream
+
+#: The fields of an episode row as the page reads them, in order.
+COLUMNS = ("t", "phase", "key", "success", "action", "correct", "parse_ok", "reply", "hops", "error")
+COLUMNS += ("n_evidence", "stale", "events", "prompt", "evidence", "options", "truth")
+_INDEX, _STREAMS = "/*INDEX*/", "<!--STREAMS-->"
+
+
+def encode(value: Any) -> str:
+    """`value` as JSON that is safe inside a script tag: ASCII, compact, no `<`."""
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False).replace(
+        "<", "\\u003c"
+    )
+
+
+def _plain(value: Any) -> Any:
+    """A pandas/numpy cell as a JSON value (None for a missing one, NaN included)."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or value is pd.NA or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    return value
+
+
+_EVENT_FIELDS = ("event", "reason", "id", "value", "s", "f", "state")
+
+
+def _events(stream: Stream) -> list[dict[str, Any]]:
+    """The stream's lifecycle events as plain records (None for a missing field)."""
+    return [{k: _plain(v) for k, v in e.items()} for e in stream.events.to_dict("records")]
+
+
+def _events_by_t(events: list[dict[str, Any]]) -> dict[int, list[list[Any]]]:
+    """Each step's lifecycle events: [event, reason, id, value, s, f, state]."""
+    by_t: dict[int, list[list[Any]]] = {}
+    for e in events:
+        if e["t"] is not None:
+            by_t.setdefault(e["t"], []).append([e[f] for f in _EVENT_FIELDS])
+    return by_t
+
+
+def _timelines(events: list[dict[str, Any]]) -> dict[str, str]:
+    """Each key's precedents, encoded: [id, value, [[t, state], ...] (changes of state only),
+    [steps of re-promotions]], in order of creation."""
+    keys: dict[str, dict[Any, list[Any]]] = {}
+    for e in events:
+        precedent = keys.setdefault(str(e["key"]), {}).setdefault(e["id"], [e["id"], str(e["value"]), [], []])
+        changes = precedent[2]
+        if not changes or changes[-1][1] != e["state"]:
+            changes.append([e["t"], str(e["state"])])
+        if e["event"] == "repromoted":
+            precedent[3].append(e["t"])
+    return {key: encode(list(precedents.values())) for key, precedents in keys.items()}
+
+
+def _hops(text: object) -> list[str] | None:
+    """The per-hop replies of a multi-hop question (None for a single reply or an odd value)."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        hops = json.loads(text)
+    except ValueError:
+        return None
+    return hops if isinstance(hops, list) and all(isinstance(h, str) for h in hops) else None
+
+
+def _episode_rows(
+    stream: Stream, events: dict[int, list[list[Any]]], malformed: dict[str, int], positions: Iterable[int]
+) -> Iterator[str]:
+    """The episodes of `stream` at `positions` as encoded COLUMNS rows, with `events` (by step) at their
+    step; counts malformed sample values by column."""
+    phases = {name: i for i, (name, _) in enumerate(stream.phases)}
+    columns = stream.episodes
+    missing = [None] * len(columns["t"])
+    get = {name: columns.get(name, missing) for name in (*SHOWN_COLUMNS, *SAMPLE_COLUMNS)}
+    for i in positions:
+        decoded = {}
+        for column in SAMPLE_COLUMNS:
+            decoded[column], bad = decode(column, get[column][i])
+            malformed[column] = malformed.get(column, 0) + bad
+        evidence, truth, stale = decoded["evidence"], decoded["truth"], None
+        if evidence is not None and truth is not None:
+            flags = stale_lines(evidence, truth)
+            evidence = [[[*line, f] for line, f in zip(hop, hop_flags, strict=True)]
+                        for hop, hop_flags in zip(evidence, flags, strict=True)]  # fmt: skip
+            stale = sum(f is True for hop_flags in flags for f in hop_flags)
+        t = get["t"][i]
+        row = {
+            name: get[name][i] for name in ("action", "correct", "parse_ok", "reply", "error", "n_evidence")
+        }
+        row |= {
+            "t": t,
+            "phase": phases.get(get["phase"][i]),
+            "key": get["key"][i] or "",
+            "success": get["success"][i],
+            "hops": _hops(get["hop_replies"][i]),
+            "stale": stale,
+            "events": events.get(t, []),
+            **decoded,
+            "evidence": evidence,
+        }
+        yield encode([row[c] for c in COLUMNS])
+
+
+def _success(stream: Stream) -> dict[str, float]:
+    """The stream's success rate in each phase (over all its episodes, not the sample)."""
+    wins: dict[str, list[int]] = {}
+    for phase, ok in zip(stream.episodes["phase"], stream.episodes["success"], strict=True):
+        wins.setdefault(phase, [0, 0])[ok] += 1
+    return {name: round(w[1] / (w[0] + w[1]), 3) for name, w in wins.items()}
+
+
+def _logged(stream: Stream, malformed: dict[str, int]) -> dict[str, Any]:
+    """Which sample columns the log has, and notes on values that were not in the format."""
+    columns = {c: c in stream.episodes for c in SAMPLE_COLUMNS}
+    notes = [f"column {c}: {n} value(s) not in the logged-sample format, shown as not logged"
+             for c, n in malformed.items() if n]  # fmt: skip
+    return {"columns": columns, "notes": notes}
+
+
+def _stream_parts(stream: Stream, description: str, logged: dict[str, Any]) -> tuple[str, str]:
+    """The encoded stream payload around its rows and timelines: (before the rows, between the rows and
+    the timelines); the timelines are followed by `}}`."""
+    head = {"run": stream.run, "phases": stream.phases, "end": stream.end, "sample": description}
+    head |= {"logged": logged, "columns": COLUMNS}
+    return encode(head)[:-1] + ',"rows":[', '],"timelines":{'
+
+
+def _tag(i: int, payload: str) -> str:
+    return f'<script type="application/json" id="stream-{i}">{payload}</script>\n'
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """One stream made ready for sampling: what each row and key timeline costs, without the rows (a
+    stream's rows are encoded again for the page, only the chosen ones, so that memory holds one
+    stream's logs at a time whatever the size of the run)."""
+
+    stream: Stream  # without its episodes and events
+    row_costs: list[int]
+    keys: list[str]
+    timelines: dict[str, str]
+    tiers: list[sample.Tier]
+    logged: dict[str, Any]
+    success: dict[str, float]
+    fixed: int  # the bytes of its tag without rows and timelines, at most
+
+    @property
+    def key_costs(self) -> dict[str, int]:
+        return {key: len(encode(key)) + len(line) + 2 for key, line in self.timelines.items()}
+
+    def need(self) -> int:
+        """The bytes of the stream shown whole, beyond `fixed`."""
+        return sum(self.row_costs) + sum(self.key_costs.values())
+
+
+def _prepare(stream: Stream) -> _Prepared:
+    malformed: dict[str, int] = {}
+    events = _events(stream)
+    columns = stream.episodes
+    n = len(columns["t"])
+    costs = [len(row) + 1 for row in _episode_rows(stream, _events_by_t(events), malformed, range(n))]
+    keys = [k or "" for k in columns.get("key", [""] * n)]
+    boundaries = [start for _, start in stream.phases[1:]]
+    tiers = sample.tiers(columns["t"], columns["success"], boundaries)
+    worst = sample.describe([(tier.name, len(tier.rows) - 1, len(tier.rows)) for tier in tiers])
+    logged = _logged(stream, malformed)
+    fixed = sum(map(len, _stream_parts(stream, worst, logged))) + len(_tag(10**6, "")) + 2
+    light = replace(stream, episodes={}, events=stream.events.iloc[0:0])
+    return _Prepared(light, costs, keys, _timelines(events), tiers, logged, _success(stream), fixed)
+
+
+def _run_row(i: int, item: _Prepared) -> dict[str, Any]:
+    s = item.stream
+    return {"id": i, "run": s.run, **s.labels, "variant": s.variant, "verified": s.verified} | {
+        "n": len(item.row_costs),
+        "shown": len(item.row_costs),
+        "success": item.success,
+    }
+
+
+def _rows_again(root: Path, item: _Prepared, chosen: list[int]) -> Iterator[str]:
+    """The chosen rows of a prepared stream, read and encoded again."""
+    stream = read_stream(root, item.stream.path)
+    if isinstance(stream, Skipped) or len(stream.episodes["t"]) != len(item.row_costs):
+        raise ValueError(f"{item.stream.path}: changed while the page was being written; run it again")
+    return _episode_rows(stream, _events_by_t(_events(stream)), {}, chosen)
+
+
+def render(root: str | Path, title: str, max_bytes: int) -> tuple[str, int, int]:
+    """The page of the streams under `root` in at most `max_bytes` bytes; how many streams it shows and
+    how many it lists as not shown."""
+    root = Path(root)
+    template = resources.files("analysis.view").joinpath("page.html").read_text(encoding="ascii")
+    run_dirs, skipped = find_streams(root)
+    prepared = []
+    for run_dir in run_dirs:
+        stream = read_stream(root, run_dir)
+        if isinstance(stream, Skipped):
+            skipped.append(stream)
+        else:
+            prepared.append(_prepare(stream))
+    prepared.sort(key=lambda item: order(item.stream))
+    skipped.sort(key=lambda s: s.run)
+    index = {
+        "title": title,
+        "phases": list(dict.fromkeys(name for item in prepared for name, _ in item.stream.phases)),
+        "states": STATE_COLORS,
+        "boundary": sample.BOUNDARY,
+        "max_bytes": max_bytes,
+        "skipped": [{"run": s.run, "reason": s.reason} for s in skipped],
+        "runs": [_run_row(i, item) for i, item in enumerate(prepared)],
+    }
+    overhead = len(template) + len(encode(index)) + sum(item.fixed for item in prepared)
+    if overhead > max_bytes:
+        raise ValueError(f"--max-mb {max_bytes / 1e6:g}: too small for the table of {len(prepared)} streams")
+    budgets = sample.shares([item.need() for item in prepared], max_bytes - overhead)
+    tags = []
+    for i, (item, budget) in enumerate(zip(prepared, budgets, strict=True)):
+        chosen, summary = sample.choose(item.tiers, item.row_costs, item.keys, item.key_costs, budget)
+        index["runs"][i]["shown"] = len(chosen)
+        head, middle = _stream_parts(item.stream, sample.describe(summary), item.logged)
+        keys = dict.fromkeys(item.keys[r] for r in chosen if item.keys[r] in item.timelines)
+        lines = ",".join(f"{encode(key)}:{item.timelines[key]}" for key in keys)
+        rows = ",".join(_rows_again(root, item, chosen)) if chosen else ""
+        tags.append(_tag(i, head + rows + middle + lines + "}}"))
+    before, after = template.split(_INDEX)
+    middle, end = after.split(_STREAMS)
+    return before + encode(index) + middle + "".join(tags) + end, len(prepared), len(skipped)

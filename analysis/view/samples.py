@@ -1,0 +1,77 @@
+"""The logged-sample columns of an episode (`options`, `evidence`, `truth`, `prompt`), decoded and checked.
+
+Each is a JSON text in episodes.parquet (see README "Analysis"): `options` the option texts in prompt
+order; `evidence` per hop the retrieved lines `[t, verdict, value, support, conflict]`; `truth` per hop
+the value the world holds now (null when the environment cannot tell; the empty string when it reports
+no truth at all); `prompt` per hop the chat messages as sent ("" unless the run logged prompts). Logs are
+not trusted: a value that is not in this format decodes to None and is shown as not logged.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+SAMPLE_COLUMNS = ("options", "evidence", "truth", "prompt")
+VERDICTS = ("VALID", "FAILED")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_count(value: object) -> bool:
+    return value is None or _is_int(value)
+
+
+def _is_line(line: object) -> bool:
+    return (
+        isinstance(line, list)
+        and len(line) == 5
+        and _is_int(line[0])
+        and line[1] in VERDICTS
+        and isinstance(line[2], str)
+        and _is_count(line[3])
+        and _is_count(line[4])
+    )
+
+
+def _is_message(message: object) -> bool:
+    return (
+        isinstance(message, dict)
+        and isinstance(message.get("role"), str)
+        and isinstance(message.get("content"), str)
+    )
+
+
+_VALID = {
+    "options": lambda v: all(isinstance(o, str) for o in v),
+    "evidence": lambda v: all(isinstance(hop, list) and all(map(_is_line, hop)) for hop in v),
+    "truth": lambda v: all(x is None or isinstance(x, str) for x in v),
+    "prompt": lambda v: all(isinstance(hop, list) and all(map(_is_message, hop)) for hop in v),
+}
+
+
+def decode(column: str, text: object) -> tuple[list[Any] | None, bool]:
+    """(the decoded value, whether it was malformed). None for a value not logged: a missing column,
+    a `prompt` of "" (prompts not logged) or a `truth` of "" (the environment reports none)."""
+    if not isinstance(text, str) or (text == "" and column in ("prompt", "truth")):
+        return None, False
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None, True
+    if not isinstance(value, list) or not _VALID[column](value):
+        return None, True
+    return value, False
+
+
+def stale_lines(evidence: list[list[list[Any]]], truth: list[str | None]) -> list[list[bool | None]]:
+    """Per hop and line: True when the line is stale, False when current, None when the hop's truth is
+    unknown (null, or no entry). A line is current when its verdict agrees with the truth of its hop
+    (VALID and value == truth, or FAILED and value != truth). One small function, the one rule."""
+    flags: list[list[bool | None]] = []
+    for i, hop in enumerate(evidence):
+        now = truth[i] if i < len(truth) else None
+        flags.append([None if now is None else (line[1] == "VALID") != (line[2] == now) for line in hop])
+    return flags
