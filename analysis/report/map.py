@@ -630,7 +630,7 @@ def _why(result: MapResult) -> list[str]:
     default = dict(_curve(result, "tepa_rev", "defaults"))
     chosen = result.success[(result.success["setting"] == "tuned") & (result.success["method"] == "tepa_rev")]
     params = {int(r.cell): r.params for r in chosen.itertuples()}
-    if tuned and default:
+    if tuned and default and "tepa_rev" in result.spec["tune"]:
         cells = {c["env.noise"]: i for i, c in enumerate(result.cells)
                  if all(v == 0 for k, v in c.items() if k != "env.noise")}  # fmt: skip
         lines.append(
