@@ -27,10 +27,10 @@ test: $(STAMP) ## the test suite (no real model)
 	$(BIN)/python -m pytest -m "not llm"
 
 # Every paper experiment on the offline simulated backend (20 seeds in the drift settings, 10 in the others),
-# side by side (runners.reproduce; MemoryAgentBench only when its data is there), then tables, figures,
+# side by side (runners.launch.reproduce; MemoryAgentBench only when its data is there), then tables, figures,
 # results/README.md.
 reproduce: $(STAMP) ## every paper experiment on the simulated backend, then tables and figures
-	$(BIN)/python -m runners.reproduce --results-dir results
+	$(BIN)/python -m runners.launch.reproduce --results-dir results
 	$(MAKE) figures
 
 # TEPA-Rev's rule switches, each flipped alone, and the literal rules on the drift and preference settings
@@ -48,9 +48,11 @@ map: $(STAMP) ## the noise x drift robustness map with tuned baselines into resu
 	$(BIN)/python -m analysis.map --out results/map --hypothesis results/map/noise_hypothesis
 	@if [ -d results/runs ]; then $(MAKE) figures; fi
 
-# Tables, figures and results/README.md from the logs already in results/runs (no experiment is rerun).
+# Tables, figures and results/README.md from the logs already in results/runs (no experiment is rerun);
+# the results of experiments without runs there are kept (python -m analysis --replace drops them).
 figures: $(STAMP) ## tables, figures and results/README.md from results/runs
-	$(BIN)/python -m analysis --runs results/runs --out results
+	@if [ -d results/runs ]; then $(BIN)/python -m analysis --runs results/runs --out results; \
+	else echo "no results/runs yet (make reproduce writes them): results/ is left as it is"; fi
 
 # Benchmarks (memory-operation throughput, prompt footprint, end to end, scaling, make reproduce's wall
 # time) into results/bench.json and results/bench.md, then results/README.md picks up the table.

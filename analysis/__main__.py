@@ -18,19 +18,42 @@ from pathlib import Path
 from analysis.data.load import load_runs
 from analysis.data.validate import check_options, check_reference
 from analysis.metrics import DEFAULT_TOLERANCE, DEFAULT_WINDOW, INTERVALS, analyse
+from analysis.report import manifest
 from analysis.report.ablation import ablation_table
-from analysis.report.figures import Drawing, Job, metric_jobs, success_jobs, timeline_jobs, write_figures
-from analysis.report.readme import SIMULATED_BACKEND_NOTE, write_report
+from analysis.report.figures import (
+    Drawing,
+    Job,
+    metric_jobs,
+    report_order,
+    success_jobs,
+    timeline_jobs,
+    write_figures,
+)
+from analysis.report.memory_report import memory_jobs, memory_tables, section
+from analysis.report.readme import SIMULATED_BACKEND_NOTE, inventory, write_report
 from analysis.report.tables import build_tables, write_tables
 
 log = logging.getLogger("analysis")
+#: Where `python -m analysis` writes by default: beside the committed results, never over them (the
+#: committed ones are rebuilt by `make figures`, which names `--out results`).
+DEFAULT_OUT = Path("results/report")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__)
     parser.add_argument("--runs", type=Path, default=Path("results/runs"), help="root of the run logs")
     parser.add_argument(
-        "--out", type=Path, default=Path("results"), help="writes tables/, figures/, README.md"
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help=f"writes tables/, figures/, README.md, manifest.json (default {DEFAULT_OUT}, apart from the "
+        "committed results); results of experiments absent from --runs are kept",
+    )
+    parser.add_argument(
+        "--replace",
+        action="store_true",
+        help="write --out from --runs alone: drop the results of experiments absent from --runs and "
+        "replace those computed from runs that --runs lacks",
     )
     parser.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="rolling window in episodes")
     parser.add_argument(
@@ -110,24 +133,38 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(args: argparse.Namespace, drawing: Executor) -> int:
-    """Check every input, then compute and write tables, figures and README.md; the exit code.
+    """Check every input, then compute and write tables, figures, README.md and the manifest; the exit
+    code.
 
     The figures are drawn by `drawing` meanwhile (those that need only the logs while the metrics are
-    computed) and written here, like everything else, only once every check has passed.
+    computed) and written here, like everything else, only once every check has passed. Results of
+    experiments absent from the runs are kept (`analysis.report.manifest`).
     """
     started = time.perf_counter()
+    options = {"window": args.window, "tolerance": args.tolerance, "reference": args.reference}
+    options |= {"intervals": args.intervals}
     try:  # every input is checked before anything is written (analysis.data.validate)
         check_options(args.window, args.tolerance, args.out)
+        note = read_note(args.backend_note) if args.backend_note else SIMULATED_BACKEND_NOTE
         logs = load_runs(args.runs, progress=not args.quiet)
         check_reference(args.reference, set(logs.runs["memory"]))
+        kept = manifest.keep(args.out, logs.runs, options, replace=args.replace)
     except ValueError as error:
         log.error("analysis: %s", error)
         return 2
+    if kept.experiments:
+        log.warning(
+            "analysis: kept the results in %s of %s (no runs of them under %s; --replace drops them)",
+            args.out,
+            ", ".join(kept.experiments),
+            args.runs,
+        )
     events = logs.events["count"].sum()
     log.info("loaded %d runs, %d episodes, %d archive events", len(logs.runs), len(logs.episodes), events)
     from_logs = submit(drawing, success_jobs(logs.episodes, logs.runs, args.window))
-    timelines = submit(drawing, timeline_jobs(logs.runs, args.runs))
-    analysis = analyse(
+    from_memory = submit(drawing, memory_jobs(logs.episodes, logs.runs, args.window))
+    timelines = submit(drawing, timeline_jobs(logs.runs, logs.events, args.runs))
+    fresh = analyse(
         logs,
         window=args.window,
         tolerance=args.tolerance,
@@ -135,26 +172,39 @@ def report(args: argparse.Namespace, drawing: Executor) -> int:
         intervals=args.intervals,
     )
     log.info("computed metrics")
-    from_metrics = submit(drawing, metric_jobs(analysis))
+    from_metrics = submit(drawing, metric_jobs(fresh))
+    analysis = manifest.merge(fresh, kept)
     tables = build_tables(analysis)
     try:
-        ablation = ablation_table(analysis, args.runs)
+        ablation = ablation_table(fresh, args.runs)
     except ValueError as error:
         log.error("analysis: %s", error)
         return 2
-    if ablation is not None:
-        tables.insert(-1, ablation)  # before the closing table of sources
-    write_tables(tables, args.out / "tables")
+    extras = ([ablation] if ablation is not None else []) + manifest.kept_tables(kept)
+    tables[-1:-1] = sorted(extras, key=lambda t: t.name)  # before the closing table of sources
+    tables[-1:-1] = memory_tables(analysis)
+    write_tables(tables, args.out / "tables", kept.removable_tables)
     log.info("wrote %d tables to %s", len(tables), args.out / "tables")
-    drawings = collect(from_logs + from_metrics + timelines)  # in the report's order
-    figures = write_figures(drawings, args.out / "figures")
+    drawings = collect(from_logs + from_memory + from_metrics + timelines)
+    figures = write_figures(drawings, args.out / "figures", kept.removable_figures)
+    figures = report_order(figures + manifest.kept_figures(kept, args.out / "figures"))
     log.info("wrote %d figures to %s", len(figures), args.out / "figures")
-    note = (
-        args.backend_note.read_text(encoding="utf-8").strip() if args.backend_note else SIMULATED_BACKEND_NOTE
-    )
-    readme = write_report(tables, figures, logs.runs, args.out, backend_note=note)
+    rows = inventory(logs.runs) | {e: entry["inventory"] for e, entry in kept.experiments.items()}
+    memory = section(analysis)
+    readme = write_report(tables, figures, rows, args.out, backend_note=note, sections=[memory])
+    manifest.write_manifest(args.out, analysis, logs.runs, rows, tables, extras, figures, kept, options)
     log.info("wrote %s in %.1f s", readme, time.perf_counter() - started)
     return 0
+
+
+def read_note(path: Path) -> str:
+    """The README's backend paragraph from `--backend-note`: a ValueError names a file it cannot read,
+    before anything is written."""
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ValueError(f"--backend-note {path}: unreadable ({reason})") from None
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ from typing import Any
 import pandas as pd
 from omegaconf import OmegaConf
 
-from analysis.data.load import find_runs, read_meta
+from analysis.data import logformat
+from analysis.data.load import find_runs
 from analysis.report.tables import markdown_table
 from runners.agent.loop import _logged_replies, run_stream
 from runners.agent.prompt import EVIDENCE_LINE, OPTION_LINE
@@ -65,7 +66,7 @@ class _Replayer:
 
 def replay_prompts(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """A complete stream's episode rows and the user prompt of each decision."""
-    meta = read_meta(run_dir)
+    meta = logformat.read_meta(run_dir) or {}
     rows = read_records(run_dir)
     spec = validate(OmegaConf.create(dict(meta["config"])), {})  # as `runners.agent.replay` rebuilds a stream
     backend = _Replayer(rows)

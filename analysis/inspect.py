@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from matplotlib.figure import Figure
 
-from analysis.data.integrity import ARCHIVE, EPISODES, read_meta, verify
+from analysis.data.logformat import ARCHIVE, EPISODES, read_meta, verify
 from analysis.data.validate import unwritable
 from analysis.report.figures import save_figure
 from analysis.report.timeline import busiest_key, draw_timeline, legend_handles, read_lifecycle, read_phases

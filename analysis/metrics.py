@@ -9,15 +9,25 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import yaml
 
-from analysis.data.load import LABELS, RunLogs, in_sweep
-from analysis.stats import Estimate, bootstrap_cis, holm, mean_cis, paired_comparisons, two_level_mean_cis
+from analysis.data.load import LABELS, RunLogs, experiment_variants, in_sweep
+from analysis.reference.configuration import paper_departures
+from analysis.stats import (
+    MIN_BOOTSTRAP_SEEDS,
+    Estimate,
+    PairedComparison,
+    bootstrap_cis,
+    holm,
+    mean_cis,
+    paired_comparisons,
+    two_level_mean_cis,
+)
 
 #: The memory config group: each entry's optional `display: {name, rank}` names a method in tables and
 #: figures and places it (read here directly: the analysis does not import the harness).
@@ -62,6 +72,13 @@ _EPS = 1e-9
 def method_label(method: str) -> str:
     """Display name of a method (its config name when it is not a built-in one)."""
     return METHOD_LABELS.get(method, method)
+
+
+def experiment_title(experiment: str, variants: dict[str, list[str]]) -> str:
+    """An experiment's name in titles, with the configuration variants of its runs when it has any:
+    "paper_controlled (env.phase_length=100)"."""
+    named = variants.get(experiment)
+    return f"{experiment} ({'; '.join(named)})" if named else experiment
 
 
 def env_label(env: str) -> str:
@@ -136,10 +153,13 @@ def success_per_seed(episodes: pd.DataFrame) -> pd.DataFrame:
 
 
 def _estimate_columns(estimate: Estimate, prefix: str = "") -> dict[str, float]:
+    """An estimate's columns; the interval is withheld (NaN) over fewer than MIN_BOOTSTRAP_SEEDS seeds."""
+    supported = estimate.n >= MIN_BOOTSTRAP_SEEDS
+    nan = float("nan")
     return {
         f"{prefix}mean": estimate.mean,
-        f"{prefix}low": estimate.low,
-        f"{prefix}high": estimate.high,
+        f"{prefix}low": estimate.low if supported else nan,
+        f"{prefix}high": estimate.high if supported else nan,
         f"{prefix}n": estimate.n,
     }
 
@@ -304,7 +324,7 @@ def paired_tests(
                     )
                     pairs.append((a, b))
             families.append(family)
-    comparisons = paired_comparisons(pairs)
+    comparisons = [_withheld(c) for c in paired_comparisons(pairs)]
     records = []
     for family in families:
         adjusted = holm([comparisons[i].p_value for i in family])
@@ -319,6 +339,16 @@ def paired_tests(
                 | {"p_boot": c.p_bootstrap, "p_boot_holm": float(p_boot_holm)}
             )
     return pd.DataFrame.from_records(records)
+
+
+def _withheld(comparison: PairedComparison) -> PairedComparison:
+    """The comparison without what fewer than MIN_BOOTSTRAP_SEEDS seeds cannot support: the bootstrap
+    interval and p-value and d_z (the exact sign-flip p holds at any n)."""
+    if comparison.n >= MIN_BOOTSTRAP_SEEDS:
+        return comparison
+    nan = float("nan")
+    diff = replace(comparison.diff, low=nan, high=nan)
+    return replace(comparison, diff=diff, p_bootstrap=nan, d_z=nan)
 
 
 def recovery_lag(
@@ -517,33 +547,46 @@ def sweep_method(config: dict[str, object], label: str) -> str:
     return label
 
 
-def sweep_success(per_seed: pd.DataFrame, runs: pd.DataFrame, params: list[str]) -> pd.DataFrame:
-    """Overall success of each swept configuration, mean over seeds with CI.
+def sweep_success(
+    per_seed: pd.DataFrame, runs: pd.DataFrame, phases: dict[tuple[str, str], list[str]]
+) -> tuple[pd.DataFrame, dict[str, list[str]]]:
+    """Success per phase (and overall) of each swept configuration, mean over seeds with CI, and the
+    swept parameters of every experiment (`swept_parameters` of its runs).
 
-    Columns: env, memory (the `sweep_method`), one column per parameter (named by its last key
-    component), mean, low, high, n.
+    Columns: experiment, env, memory (the `sweep_method`), phase, one column per parameter of the
+    experiment (named by its last key component; NaN for another experiment's), mean, low, high, n.
     """
-    names = [p.rsplit(".", 1)[-1] for p in params]
     configs = runs.set_index("run")["config"]
-    overall = per_seed[per_seed["phase"] == OVERALL].copy()
-    overall["memory"] = [
-        sweep_method(configs[r], m) for r, m in zip(overall["run"], overall["memory"], strict=True)
+    frame = per_seed.copy()
+    frame["memory"] = [
+        sweep_method(configs[r], m) for r, m in zip(frame["run"], frame["memory"], strict=True)
     ]
-    for param, name in zip(params, names, strict=True):
-        overall[name] = [configs[r].get(param, np.nan) for r in overall["run"]]
+    params = {
+        experiment: swept_parameters(runs[runs["experiment"] == experiment])
+        for experiment in sorted_experiments(runs["experiment"])
+    }
     cells, samples = [], []
-    for env in sorted_envs(overall["env"]):
-        of_env = overall[overall["env"] == env]
-        for method in sorted_methods(of_env["memory"]):
-            of_method = of_env[of_env["memory"] == method]
-            for point, group in of_method.groupby(names, sort=True, dropna=False):
+    for experiment, env in settings(frame):
+        names = [p.rsplit(".", 1)[-1] for p in params[experiment]]
+        of_setting = frame[(frame["experiment"] == experiment) & (frame["env"] == env)].copy()
+        for param, name in zip(params[experiment], names, strict=True):
+            of_setting[name] = [float(configs[r].get(param, np.nan)) for r in of_setting["run"]]
+        order = _phases_with_overall(phases, (experiment, env))
+        for method in sorted_methods(of_setting["memory"]):
+            of_method = of_setting[of_setting["memory"] == method]
+            groups = of_method.groupby(names, sort=True, dropna=False) if names else [((), of_method)]
+            for point, group in groups:
                 point = point if isinstance(point, tuple) else (point,)
-                cells.append(
-                    {"env": env, "memory": method} | dict(zip(names, (float(x) for x in point), strict=True))
-                )
-                samples.append(group["success"].to_numpy(dtype=float))
+                for phase in order:
+                    values = group.loc[group["phase"] == phase, "success"].to_numpy(dtype=float)
+                    if len(values):
+                        cells.append(
+                            {"experiment": experiment, "env": env, "memory": method, "phase": phase}
+                            | dict(zip(names, (float(x) for x in point), strict=True))
+                        )
+                        samples.append(values)
     records = [c | _estimate_columns(e) for c, e in zip(cells, mean_cis(samples), strict=True)]
-    return pd.DataFrame.from_records(records)
+    return pd.DataFrame.from_records(records), {e: p for e, p in params.items() if p}
 
 
 @dataclass(frozen=True)
@@ -564,12 +607,19 @@ class Analysis:
     adaptation: pd.DataFrame
     costs: pd.DataFrame
     cost_summary: pd.DataFrame
-    sweep_params: list[str]
+    sweep_params: dict[str, list[str]]
     sweep: pd.DataFrame
     window: int
     tolerance: float
     reference: str | None
     intervals: str = "seeds"
+    #: The runs of paper experiments and how each departs from the experiment's configuration
+    #: (`analysis.reference.configuration.paper_departures`): only matching runs are graded.
+    departures: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: Experiment -> its runs' configuration variants, named in titles (`experiment_title`).
+    variants: dict[str, list[str]] = field(default_factory=dict)
+    #: Memory quality per method and phase, from the logged samples (`analysis.memory_quality.summarize`).
+    memory: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def analyse(
@@ -581,7 +631,10 @@ def analyse(
     intervals: str = "seeds",
 ) -> Analysis:
     """Compute every metric of the analysis from loaded run logs (see the functions above)."""
-    sweep_runs = logs.runs[in_sweep(logs.runs)]
+    from analysis import memory_quality  # here: it imports this module
+
+    swept = in_sweep(logs.runs)
+    sweep_runs, regular_runs = logs.runs[swept], logs.runs[~swept]
     episodes, sweep_episodes, events = logs.episodes, logs.episodes.iloc[:0], logs.events
     if len(sweep_runs):  # a boolean filter copies every column: skip it when there is nothing to drop
         is_sweep = logs.episodes["run"].isin(set(sweep_runs["run"]))
@@ -591,8 +644,11 @@ def analyse(
     per_seed = success_per_seed(episodes) if len(episodes) else pd.DataFrame(columns=[*LABELS, "phase"])
     lags = adaptation(episodes, phases, window=window, tolerance=tolerance, reference=reference)
     costs = run_costs(episodes, events) if len(episodes) else pd.DataFrame(columns=["run", *LABELS])
-    params = swept_parameters(sweep_runs) if len(sweep_runs) else []
-    sweep = sweep_success(success_per_seed(sweep_episodes), sweep_runs, params) if params else pd.DataFrame()
+    sweep, params = (
+        sweep_success(success_per_seed(sweep_episodes), sweep_runs, phases)
+        if len(sweep_runs)
+        else (pd.DataFrame(), {})
+    )
     return Analysis(
         phases=phases,
         per_seed=per_seed,
@@ -609,4 +665,7 @@ def analyse(
         tolerance=tolerance,
         reference=reference,
         intervals=intervals,
+        departures=paper_departures(regular_runs),
+        variants=experiment_variants(regular_runs),
+        memory=memory_quality.summarize(episodes, phases, OVERALL),
     )

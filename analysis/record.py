@@ -13,12 +13,22 @@ LABELS = ("experiment", "env", "memory")
 STATE_COUNTS = ("hypothesis", "active", "revoked")
 #: The memory's cumulative lifecycle counters; a method that keeps none logs 0.
 COUNTERS = ("promotions", "revocations", "repromotions", "trials", "trial_passes")
+#: The logged sample: what the decision's prompt held (JSON text; see EpisodeRecord). Logs written before
+#: these columns existed lack them, which readers take as "not logged".
+SAMPLE = ("options", "evidence", "truth", "prompt")
 
 
 class EpisodeRecord(NamedTuple):
     """One decision episode. Token counts, latency, `cached` and `truncated` total the replies of all
     hops of a multi-hop question; `reply` is the last hop's and `hop_replies` the JSON list of every
     hop's reply ("" for a single reply). `key`, `correct` and `error` are "" when there is none.
+
+    The logged sample (what the prompt held), JSON text in four columns: `options`, the option texts in
+    the order shown (`[]` when free-form); `evidence`, one list per hop of the retrieved lines in prompt
+    order, each `[t, "VALID"|"FAILED", value, support, conflict]` (counts null where the method keeps
+    none); `truth`, one entry per hop, the value the world holds now for that hop's key (null when the
+    environment cannot tell), or "" (not JSON) when the environment reports no truth at all; `prompt`,
+    "" unless the run logs prompts (`log_prompts`), else one list of chat messages per hop, as sent.
     A NamedTuple: immutable and several times cheaper to build than a frozen dataclass (one per
     episode)."""
 
@@ -47,6 +57,10 @@ class EpisodeRecord(NamedTuple):
     repromotions: int
     trials: int
     trial_passes: int
+    options: str
+    evidence: str
+    truth: str
+    prompt: str
 
     def row(self, labels: dict[str, str]) -> dict[str, object]:
         """The record as a log row: `labels` (normally LABELS), then the fields, in COLUMNS order."""

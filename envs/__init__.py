@@ -1,6 +1,6 @@
 """Environments: controlled_drift, executable_drift, preference_stream, memoryagentbench."""
 
-from envs.base import TRIAL_KINDS, Environment, EnvironmentBase, MultiHop, Outcome, Task
+from envs.base import TRIAL_KINDS, Environment, EnvironmentBase, MultiHop, Outcome, Task, TruthEnvironment
 from envs.env_checker import EnvCheckError, check_env
 
 __all__ = [
@@ -11,5 +11,6 @@ __all__ = [
     "MultiHop",
     "Outcome",
     "Task",
+    "TruthEnvironment",
     "check_env",
 ]

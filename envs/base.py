@@ -3,9 +3,10 @@
 An environment is a seeded stream of `Task`s, each labelled with its phase. The agent loop asks memory,
 renders a prompt, lets the backend choose, then calls `execute`, whose `Outcome` carries the
 observations to write back to memory. `trial` lets TEPA-Full validate a candidate precedent by real
-execution before it is promoted. A class of one's own can inherit `EnvironmentBase` for the members
-most environments leave at their defaults (`close`, `operational`, `provenance`), and check itself with
-`envs.check_env`.
+execution before it is promoted. An environment may also say what the world holds now for a key
+(`TruthEnvironment`, optional): the analysis then scores the retrieved evidence against it. A class
+of one's own can inherit `EnvironmentBase` for the members most environments leave at their defaults
+(`close`, `operational`, `provenance`), and check itself with `envs.check_env`.
 """
 
 from __future__ import annotations
@@ -121,6 +122,20 @@ class Environment(Protocol):
     def close(self) -> None:
         """Release what the environment holds (workers, sandboxes). Idempotent: a second call does
         nothing; the runner calls it once a stream is done, also after a failure."""
+
+
+@runtime_checkable
+class TruthEnvironment(Protocol):
+    """Optional: an environment that can say what the world holds now. At every decision the agent loop
+    asks it for the key of each hop (a multi-hop question: the (entity reached, relation) retrieved at
+    that hop) and logs the answers beside the retrieved evidence, so that memory quality (current and
+    stale lines) is measured from the log alone, without any reader. An environment without this hook
+    logs no truth, and those metrics stay empty rather than guessed."""
+
+    def truth(self, key: Hashable) -> str | None:
+        """The value the world holds for `key` at the latest task handed out (the current regime's action,
+        the user's true preference, the newest fact's object), or None when the environment cannot tell
+        (a key not of this stream, say). Reads state only: asking never changes the stream."""
 
 
 class EnvironmentBase:

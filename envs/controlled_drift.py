@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 from bisect import bisect_right
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,6 +196,11 @@ class ControlledDrift(EnvironmentBase):
             return True
         other = self._trial_rng.choice(others)
         return self._trial_outcome(self._completes(now, other, self._correct(now, other)))
+
+    def truth(self, key: Hashable) -> str | None:
+        """The action that completes job `key` in the regime of the latest task (None: not a job)."""
+        self._require_reset()
+        return self._regime_at(self._now)[key] if _member(key, self._key_set) else None
 
     def _regime_at(self, t: int) -> tuple[str, ...]:
         return self._regimes[max(bisect_right(self._starts, t) - 1, 0)]

@@ -8,6 +8,9 @@ line naming the first property that fails:
 - `len(env)` is the number of decision tasks, and `t` never decreases along the stream;
 - `phase_boundaries` lists exactly the tasks where the phase changes, with the new phase;
 - trials of every kind, run between tasks, return a bool and leave the stream and its outcomes alone;
+- when it reports the truth (`envs.base.TruthEnvironment`): `truth(key)` of every decision's key is a
+  str or None, the same on every pass, None for a key not of the stream, and asking leaves the stream
+  alone;
 - `close()` can be called twice (the check ends by closing the environment).
 
 The stream is driven as the agent loop drives it: every decision task is executed, with its `correct`
@@ -19,10 +22,12 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from envs.base import TRIAL_KINDS, Environment, Outcome, Task
+from envs.base import TRIAL_KINDS, Environment, Outcome, Task, TruthEnvironment
 from tepa.protocol import missing_members
 
 Step = tuple[Task, Outcome | None]
+#: A key no environment's stream has: its truth must be None.
+FOREIGN_KEY = ("not a key of this stream",)
 
 
 class EnvCheckError(AssertionError):
@@ -46,6 +51,12 @@ def check_env(
     _check_times(first)
     _check_boundaries(env, first)
     _same(first, _run(env, seed, trials=True), "trials", "running trials between tasks changed the stream")
+    if isinstance(env, TruthEnvironment):
+        truths: list[list[str | None]] = [[], []]
+        _same(first, _run(env, seed, truths=truths[0]), "truth", "asking truth(key) changed the stream")
+        _run(env, seed, truths=truths[1])
+        if truths[0] != truths[1]:
+            _fail("truth", f"reset({seed}) twice gave different truths")
     if varies_with_seed:
         other = seed + 1 if other_seed is None else other_seed
         if _run(env, other) == first:
@@ -66,14 +77,19 @@ def _check_members(env: Any) -> None:
         )
 
 
-def _run(env: Environment, seed: int, *, trials: bool = False) -> list[Step]:
+def _run(
+    env: Environment, seed: int, *, trials: bool = False, truths: list[str | None] | None = None
+) -> list[Step]:
     """One pass over the stream of `seed`, executing every decision (and, with `trials`, running a trial of
-    every kind on the executed action after it)."""
+    every kind on the executed action after it; with `truths`, collecting the truth of every decision's key
+    before it is executed, checked as `_truth` says)."""
     env.reset(seed)
     steps: list[Step] = []
     for task in env.tasks():
         outcome = None
         if task.decide:
+            if truths is not None:
+                truths.append(_truth(env, task))  # type: ignore[arg-type]
             action = task.correct or (task.options[0] if task.options else "")
             outcome = env.execute(task, action)
             if trials:
@@ -83,6 +99,22 @@ def _run(env: Environment, seed: int, *, trials: bool = False) -> list[Step]:
                         _fail("trials", f"trial(precedent, {kind!r}) at t={task.t} did not return a bool")
         steps.append((task, outcome))
     return steps
+
+
+def _truth(env: TruthEnvironment, task: Task) -> str | None:
+    """The truth of the task's key, checked to be a str or None, and None for a key of no stream."""
+    value = env.truth(task.key)
+    if value is not None and type(value) is not str:
+        _fail(
+            "truth", f"truth({task.key!r}) at t={task.t} returned {type(value).__name__}, not a str or None"
+        )
+    foreign = env.truth(FOREIGN_KEY)
+    if foreign is not None:
+        _fail(
+            "truth",
+            f"truth({FOREIGN_KEY!r}) at t={task.t} returned {foreign!r}; a key not of the stream has None",
+        )
+    return value
 
 
 def _same(a: list[Step], b: list[Step], prop: str, what: str) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import random
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,6 +200,14 @@ class PreferenceStream(EnvironmentBase):
             return True
         other = self._trial_rng.choice(others)
         return self._accepts(other, s, self._preference(other * self.n_slots + s, now), now)
+
+    def truth(self, key: Hashable) -> str | None:
+        """The user's true preference for `key` = (user, slot) at the latest session: what a truthful
+        check-in accepts, never a glitch session's whim (None: not a key of this stream)."""
+        if self._seed is None:
+            raise RuntimeError(f"{self.name}: call reset(seed) before using the environment")
+        place = self._locate(key)
+        return None if place is None else self._preference(place[0] * self.n_slots + place[1], self._now)
 
     def _accepts(self, user: int, s: int, value: str, t: int) -> bool:
         """A truthful check-in: does `user` accept `value` for slot `s` at time `t`?"""

@@ -74,10 +74,11 @@ class ConfigError(CompactHydraException):
 class RunConfig:
     """The primary config. `seeds` (a list) wins over `seed` when set: one run covers several seeds,
     run concurrently. `progress`: None shows a bar only on a terminal. `plan`: print what the run would
-    cost (`runners.plan`) instead of running it. `max_evidence`: show the model at most that many retrieved
-    items per decision, the most recent (the same evidence budget for every method; None: all).
-    `max_episodes`: stop every stream after that many
-    episodes (a quick try; None runs the whole stream)."""
+    cost (`runners.plan`) instead of running it. `max_episodes`: stop every stream after that many
+    episodes (a quick try; None runs the whole stream). `log_prompts`: keep every prompt in the episode
+    log (None: the backend's default, `default_log_prompts`). `max_evidence`: show the model at most that
+    many retrieved items per decision, the most recent (the same evidence budget for every method; None:
+    all)."""
 
     env: Any = MISSING
     memory: Any = MISSING
@@ -89,6 +90,7 @@ class RunConfig:
     progress: Optional[bool] = None  # noqa: UP045
     plan: bool = False
     max_episodes: Optional[int] = None  # noqa: UP045
+    log_prompts: Optional[bool] = None  # noqa: UP045
     max_evidence: Optional[int] = None  # noqa: UP045
 
 
@@ -147,6 +149,7 @@ class RunSpec:
     progress: bool | None
     plan: bool
     max_episodes: int | None
+    log_prompts: bool
     max_evidence: int | None
     env: Component
     memory: Component
@@ -197,7 +200,11 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
     if not resolved.get("plan"):  # a plan writes nothing (checking the folder creates it)
         check_results_dir(resolved["results_dir"])
     components = {g: _component(g, resolved[g], choices.get(g)) for g in ("env", "memory", "llm")}
+    log_prompts = resolved.get("log_prompts")  # absent from a logged config (meta.json) of an older run
+    if log_prompts is None:
+        log_prompts = default_log_prompts(components["llm"])
     config = {k: v for k, v in resolved.items() if k not in ("seed", "seeds", "plan")}
+    config["log_prompts"] = log_prompts  # as applied, for meta.json
     return RunSpec(
         name=resolved["name"],
         seeds=seeds,
@@ -205,10 +212,21 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
         progress=resolved["progress"],
         plan=bool(resolved.get("plan", False)),  # absent from a logged config (meta.json)
         max_episodes=max_episodes,
+        log_prompts=log_prompts,
         max_evidence=max_evidence,
         config=config,
         **components,
     )
+
+
+def default_log_prompts(llm: Component) -> bool:
+    """Whether a run logs its prompts when `log_prompts` is null: not on the offline simulated reader
+    (its prompts are a function of the logged stream that `analysis.inspect` rebuilds by replay, and
+    Append-Only's, which hold every observation of a key, would grow its logs several-fold), but on every
+    other backend, where a model call costs far more than writing the prompt it answered."""
+    from runners.llm.simulated import SimulatedBackend  # here: config is imported before any backend
+
+    return not issubclass(llm.cls, SimulatedBackend)
 
 
 def _component(group: str, node: Any, choice: str | None) -> Component:

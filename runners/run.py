@@ -3,8 +3,8 @@
 One run is one (experiment, env, memory, llm) config over one or more seeds (`seed=0` or
 `seeds=[0,1,2]`); its streams, one per seed, run concurrently under the backend's own concurrency limit
 and log to `results/runs/<experiment>/<env>/<memory>/seed=<n>/`, with one more level for a configuration
-other than the experiment's own (`runners.identity`). Each stream is locked while it runs; a complete
-one is skipped once its files verify, an interrupted one resumes (`runners.runlog`); SIGINT and SIGTERM
+other than the experiment's own (`runners.store.identity`). Each stream is locked while it runs; a complete
+one is skipped once its files verify, an interrupted one resumes (`runners.store.runlog`); SIGINT and SIGTERM
 stop a run within a second or two, resumably. Sweeps are Hydra multiruns (`-m`), launched locally
 (`hydra/launcher=joblib`) or on SLURM (`hydra/launcher=submitit_slurm`). The config is checked before
 any episode runs: a bad value stops the run with one line that names the key.
@@ -37,14 +37,16 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from runners import jobs, plan, slots
+from analysis.data.logformat import PARTIAL_EPISODES, partial_summary, stream_dir
+from runners import plan
 from runners.agent.loop import ReplayMismatch, replay_problem, run_stream
 from runners.compose import CONF_DIR, PROJECT_ROOT
 from runners.config import ConfigError, RunSpec, validate
-from runners.identity import Variant, stream_identity, variant_of
+from runners.launch import jobs, slots
 from runners.llm.backend import BackendExhausted, total_stats
 from runners.preflight import check_command_line
-from runners.runlog import PARTIAL_EPISODES, StreamLog, differences, partial_summary, stream_dir
+from runners.store.identity import Variant, stream_identity, variant_of
+from runners.store.runlog import StreamLog, differences
 
 log = logging.getLogger(__name__)
 # conf/hydra/launcher/{joblib,submitit_slurm}.yaml set this project's launcher defaults under the
@@ -284,6 +286,7 @@ async def _run_one(
             progress=bar,
             max_episodes=spec.max_episodes,
             max_evidence=spec.max_evidence,
+            log_prompts=spec.log_prompts,
         )
     except ReplayMismatch:
         raise  # retried at once by this invocation: nothing to carry
@@ -381,7 +384,7 @@ def _exit_now(exc: RunInterrupted, say: bool = True) -> None:
     one line: everything is logged and closed by now, and tearing down the interpreter's modules (pandas,
     pyarrow, Hydra) could take seconds on a busy machine. A multirun's job in the launcher's own process
     raises instead, so that the launcher ends it its own way; one in a worker process exits too
-    (`runners.jobs`)."""
+    (`runners.launch.jobs`)."""
     if say:
         print(exc, file=sys.stderr)
     logging.shutdown()
@@ -394,7 +397,7 @@ def cli() -> None:
     """`python -m runners.run` / `tepa-run`: the checks Hydra's own output must not precede
     (`runners.preflight`: secrets, unwritable folders, broken YAML), then the Hydra entry point. A
     SIGINT before the run installs its handlers ends it with one line too; SIGINT or SIGTERM while a
-    multirun's launcher waits for its worker processes stops them first (`runners.jobs`). `plan=true`
+    multirun's launcher waits for its worker processes stops them first (`runners.launch.jobs`). `plan=true`
     is answered before Hydra starts, so that nothing is written."""
     planning = plan.requested(sys.argv[1:])
     try:

@@ -17,7 +17,7 @@ __all__ = ["EVENTS", "EVENT_LAYOUT", "STATES", "Archive"]
 
 _new_event = tuple.__new__  # a LifecycleEvent from its full field tuple, without NamedTuple's slower __new__
 
-#: The fields of a logged event, in order, with their types (`runners.runlog` writes rows of exactly
+#: The fields of a logged event, in order, with their types (`runners.store.runlog` writes rows of exactly
 #: this layout from a template); the event names and states are `EVENTS` and `STATES`, defined with the
 #: fields in `analysis.events`, which the analysis reads them from.
 EVENT_LAYOUT: tuple[tuple[str, type], ...] = tuple(FIELDS.items())

@@ -23,7 +23,7 @@ from tests.test_analysis_outputs import ROOT, runs_root  # noqa: F401  (runs_roo
 def test_figures_drawn_by_the_drawing_process_are_the_bytes_drawn_here(runs_root):  # noqa: F811
     logs = load_runs(runs_root)
     jobs = success_jobs(logs.episodes, logs.runs, 10) + metric_jobs(analyse(logs, window=10))
-    jobs += timeline_jobs(logs.runs, runs_root)
+    jobs += timeline_jobs(logs.runs, logs.events, runs_root)
     here = [job() for job in jobs]
     with cli.drawing_process() as drawing:
         there = [future.result() for future in [drawing.submit(job) for job in jobs]]
@@ -31,7 +31,7 @@ def test_figures_drawn_by_the_drawing_process_are_the_bytes_drawn_here(runs_root
     assert {d.name for d in here if d is not None} == {
         "success_over_time_paper_controlled_controlled_drift.png",
         "mpi_paper_controlled.png",
-        "sweep_controlled_drift_tepa_rev.png",
+        "sweep_sweep_thresholds_controlled_drift_tepa_rev.png",
     }
 
 

@@ -19,6 +19,7 @@ from analysis.metrics import (
     sorted_methods,
     success_per_seed,
     summarize_adaptation,
+    summarize_success,
     sweep_method,
     swept_parameters,
 )
@@ -74,8 +75,8 @@ def test_mpi_is_the_ratio_of_seed_matched_means():
 
 
 def test_mpi_interval_is_the_paired_bootstrap_of_the_ratio():
-    ref = np.array([0.30, 0.33, 0.28, 0.31, 0.29])
-    other = np.array([0.20, 0.24, 0.19, 0.20, 0.22])
+    ref = np.array([0.30, 0.33, 0.28, 0.31, 0.29, 0.32, 0.30, 0.27])
+    other = np.array([0.20, 0.24, 0.19, 0.20, 0.22, 0.21, 0.18, 0.23])
     frame = per_seed_frame({"no_memory": list(ref), "lww": list(other)})
     row = mpi(frame, {SETTING: ["full_reversal"]}).iloc[0]
 
@@ -229,3 +230,17 @@ def test_sweep_method_comes_from_the_memory_class():
     assert sweep_method({"config.memory._target_": "tepa.tepa_rev.TEPARev"}, label) == "tepa_rev"
     assert sweep_method({"config.memory._target_": "mine.memory:Mine"}, "mine-x=1") == "mine-x=1"
     assert sweep_method({}, label) == label
+
+
+def test_two_seeds_give_the_exact_p_but_withhold_the_bootstrap_p_its_interval_and_d_z():
+    two = per_seed_frame({"tepa_rev": [0.95, 0.97], "append_only": [0.21, 0.20]})
+    row = paired_tests(two, {SETTING: ["full_reversal"]}).iloc[0]
+    assert row["p"] == pytest.approx(0.5)  # 2 / 2^2: the exact test is honest at any n
+    assert all(math.isnan(row[c]) for c in ("p_boot", "p_boot_holm", "d_z", "diff_low", "diff_high"))
+    success = summarize_success(two, {SETTING: ["full_reversal"]})
+    assert success["low"].isna().all() and success["high"].isna().all()
+    eight = per_seed_frame(
+        {"tepa_rev": [0.95, 0.97, 0.94, 0.96, 0.95, 0.93, 0.97, 0.96], "append_only": [0.21, 0.20] * 4}
+    )
+    row = paired_tests(eight, {SETTING: ["full_reversal"]}).iloc[0]
+    assert 0 < row["p_boot"] < 0.01 and math.isfinite(row["d_z"]) and row["diff_low"] < row["diff_high"]

@@ -11,11 +11,13 @@ import pytest
 
 from analysis.__main__ import main
 from analysis.data.load import load_runs
+from analysis.data.logformat import file_record
 from analysis.report.tables import Table, interval, latex_escape, number, pvalue, to_latex, to_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = (("stable", 30), ("full_reversal", 30), ("partial_reversal", 30), ("return", 30))
 LEVEL = {"no_memory": 0.3, "append_only": 0.2, "oracle_reset": 0.85, "tepa_rev": 0.8}
+SEEDS = 8  # enough for every interval and test (analysis.stats.MIN_BOOTSTRAP_SEEDS)
 
 
 def write_run(
@@ -48,18 +50,37 @@ def write_run(
             t += 1
     pd.DataFrame(rows).to_parquet(run / "episodes.parquet")
     events = [{"t": 3, "event": "promoted"}, {"t": 40, "event": "revoked"}, {"t": 95, "event": "repromoted"}]
-    if memory == "tepa_rev":
-        (run / "archive.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    archive = "".join(json.dumps(e) + "\n" for e in events) if memory == "tepa_rev" else ""
+    (run / "archive.jsonl").write_text(archive)
     meta = {"config": config or {"memory": {"name": memory}}, "complete": complete}
+    record_files(run, len(rows), archive.count("\n"), meta)
+    # As the runner records them: the options the stream was built from, and no override of them.
+    options = {"env": {"option": env}, "memory": {"option": memory}, "llm": {"option": "simulated"}}
+    meta |= {"identity": options | {"seed": seed}, "variant": "", "overrides": {}}
     (run / "meta.json").write_text(json.dumps(meta))
     return run
+
+
+def record_files(run: Path, episodes: int, events: int, meta: dict) -> None:
+    """Record in `meta` the checksums of the run's files, as the runner does."""
+    files = {"episodes.parquet": episodes, "archive.jsonl": events}
+    meta["files"] = {name: file_record((run / name).read_bytes(), rows) for name, rows in files.items()}
+
+
+def reseal(run: Path) -> None:
+    """Record the checksums of a run's files as they are now in its meta.json (after a test changed
+    them on purpose, so that the analysis checks what it reads rather than stopping at the checksum)."""
+    meta = json.loads((run / "meta.json").read_text())
+    episodes = len(pd.read_parquet(run / "episodes.parquet"))
+    record_files(run, episodes, (run / "archive.jsonl").read_text().count("\n"), meta)
+    (run / "meta.json").write_text(json.dumps(meta))
 
 
 @pytest.fixture(scope="module")
 def runs_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("runs")
     for memory in LEVEL:
-        for seed in range(3):
+        for seed in range(SEEDS):
             write_run(root, "paper_controlled", "controlled_drift", memory, seed)
     write_run(root, "paper_controlled", "controlled_drift", "lww", 0, complete=False)
     for theta_rev in (0.3, 0.5):
@@ -83,7 +104,7 @@ def runs_root(tmp_path_factory) -> Path:
 
 def test_load_skips_incomplete_runs_and_fills_counters(runs_root):
     logs = load_runs(runs_root)
-    assert len(logs.runs) == 4 * 3 + 4 * 2  # the incomplete LWW run is not read
+    assert len(logs.runs) == 4 * SEEDS + 4 * 2  # the incomplete LWW run is not read
     assert "lww" not in set(logs.episodes["memory"])
     assert "reply" not in logs.episodes
     no_memory = logs.episodes[logs.episodes["memory"] == "no_memory"]
@@ -96,6 +117,7 @@ def test_load_skips_incomplete_runs_and_fills_counters(runs_root):
 def test_load_rejects_bad_logs(tmp_path):
     run = write_run(tmp_path / "a", "paper_controlled", "controlled_drift", "lww", 0)
     pd.read_parquet(run / "episodes.parquet").drop(columns="phase").to_parquet(run / "episodes.parquet")
+    reseal(run)
     with pytest.raises(ValueError, match="phase"):
         load_runs(tmp_path / "a")
     for subdir in ("x", "y"):
@@ -123,15 +145,14 @@ def test_cli_writes_deterministic_tables_figures_and_readme(runs_root, tmp_path)
     ):
         for suffix in (".md", ".csv", ".tex"):
             assert f"{name}{suffix}" in tables
-    assert {"adaptation_paper_controlled.csv", "cost_paper_controlled.csv", "sweep_thresholds.csv"} <= set(
-        tables
-    )
+    assert {"adaptation_paper_controlled.csv", "cost_paper_controlled.csv"} <= set(tables)
+    assert "sweep_sweep_thresholds.csv" in tables
     # Settings without runs are skipped, not rendered empty.
     assert not any(name.startswith(("paper_preference", "paper_memoryagentbench")) for name in tables)
     assert set(figures) == {
         "success_over_time_paper_controlled_controlled_drift.png",
         "mpi_paper_controlled.png",
-        "sweep_controlled_drift_tepa_rev.png",
+        "sweep_sweep_thresholds_controlled_drift_tepa_rev.png",
     }
     assert all(data.startswith(b"\x89PNG") for data in figures.values())
     assert "simulated" in readme and "not a real LLM" in readme
@@ -141,8 +162,10 @@ def test_cli_writes_deterministic_tables_figures_and_readme(runs_root, tmp_path)
     drift = pd.read_csv(out / "tables" / "paper_drift.csv").set_index("memory")
     assert drift.loc["no_memory", "paper"] == 0.309 and bool(drift.loc["append_only", "paper_approximate"])
     assert drift.loc["tepa_rev", "diff"] == pytest.approx(drift.loc["tepa_rev", "mean"] - 0.95, abs=1e-6)
-    sweep = pd.read_csv(out / "tables" / "sweep_thresholds.csv")
+    sweep = pd.read_csv(out / "tables" / "sweep_sweep_thresholds.csv")
     assert set(sweep["memory"]) == {"tepa_rev"} and set(sweep["n"]) == {2}
+    assert set(sweep["phase"]) == {"stable", "full_reversal", "overall"}  # per phase, not only overall
+    sweep = sweep[sweep["phase"] == "overall"]
     assert sorted(zip(sweep["theta_rec"], sweep["theta_rev"], strict=True)) == [
         (0.4, 0.3),
         (0.4, 0.5),
@@ -150,9 +173,11 @@ def test_cli_writes_deterministic_tables_figures_and_readme(runs_root, tmp_path)
         (0.6, 0.5),
     ]
 
-    (out / "tables" / "stale_table.md").write_text("old")
+    (out / "tables" / "own_table.md").write_text("old")  # not written by the analysis: left alone
     assert main(["--runs", str(runs_root), "--out", str(out), "--quiet"]) == 0
-    assert {p.name: p.read_bytes() for p in sorted((out / "tables").iterdir())} == tables
+    assert {p.name: p.read_bytes() for p in sorted((out / "tables").iterdir())} == tables | {
+        "own_table.md": b"old"
+    }
     assert {p.name: p.read_bytes() for p in sorted((out / "figures").iterdir())} == figures
     assert (out / "README.md").read_text() == readme
 

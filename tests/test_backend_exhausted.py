@@ -14,10 +14,10 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
+from analysis.data.logformat import EPISODES, META, PARTIAL_EPISODES
 from runners.llm.backend import BackendExhausted, Request
 from runners.llm.openai_backend import OpenAIBackend
 from runners.run import PROJECT_ROOT, RunStopped
-from runners.runlog import EPISODES, META, PARTIAL_EPISODES
 from tests.helpers.runner import run_overrides
 from tests.helpers.stub_server import StubReply
 

@@ -3,17 +3,18 @@ structure of its JSON and report. No timing is asserted (these machines are shar
 
 import json
 import math
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from runners import reproduce
 from runners.bench import agent as bench_agent
 from runners.bench import memory as bench_memory
 from runners.bench import suite as bench
+from runners.launch import reproduce
+from runners.launch.reproduce import Step
 from runners.registry import build_memory
-from runners.reproduce import Step
 from tepa.evidence import Evidence
 from tepa.tepa_full import TEPAFull
 from tests.helpers.shared_data import DATA_DIR
@@ -165,7 +166,7 @@ def test_scaling_reports_costs_and_slopes_per_method():
 
 def test_reproduce_times_what_the_makefile_runs():
     recipe = (ROOT / "Makefile").read_text().split("\nreproduce:")[1].split("\n\n")[0]
-    assert "$(BIN)/python -m runners.reproduce --results-dir results" in recipe
+    assert "$(BIN)/python -m runners.launch.reproduce --results-dir results" in recipe
     experiments, analysis = bench.reproduce_commands("/somewhere")
     assert experiments == reproduce.steps("/somewhere")
     assert analysis[1:] == ["-m", "analysis", "--runs", "/somewhere/runs", "--out", "/somewhere", "--quiet"]
@@ -186,6 +187,15 @@ def test_reproduce_timing_skips_guarded_steps_and_reports_a_failure(monkeypatch)
     steps.append(Step("broken", None, [py, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"]))
     out = bench.time_reproduce()
     assert "wall_s" not in out and out["failed"] == "broken: exit 3: boom"
+
+
+def test_the_run_tree_size_is_what_du_reports(tmp_path):
+    (tmp_path / "runs" / "a" / "seed=0").mkdir(parents=True)
+    (tmp_path / "runs" / "a" / "seed=0" / "episodes.parquet").write_bytes(b"x" * 1234)
+    (tmp_path / "runs" / "meta.json").write_text("{}")
+    du = subprocess.run(["du", "-sb", str(tmp_path / "runs")], capture_output=True, text=True, check=True)
+    assert bench.tree_bytes(tmp_path / "runs") == int(du.stdout.split()[0])
+    assert bench.tree_bytes(tmp_path / "nothing") == 0
 
 
 def test_reproduce_timing_can_keep_its_outputs_in_a_new_folder_only(tmp_path, monkeypatch):

@@ -10,8 +10,9 @@ import os
 
 import pytest
 
-from runners import runlog
-from runners.runlog import EPISODES, LogUnwritable
+from analysis.data.logformat import EPISODES
+from runners.store import runlog
+from runners.store.runlog import LogUnwritable
 from tests.helpers.hostile import TINY, one_line_error, run
 from tests.helpers.runner import cli
 

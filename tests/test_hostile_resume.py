@@ -12,8 +12,8 @@ import logging
 import pyarrow.parquet as pq
 import pytest
 
+from analysis.data.logformat import ARCHIVE, EPISODES, PARTIAL_EPISODES
 from envs.controlled_drift import ControlledDrift
-from runners.runlog import ARCHIVE, EPISODES, PARTIAL_EPISODES
 from tests.helpers.runner import run_overrides
 
 DEEP = b"[" * 100_000 + b"]" * 100_000

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 
+from analysis.data.logformat import fingerprint
 from runners.config import validate
-from runners.identity import stream_identity, variant_of
 from runners.run import CONF_DIR
-from runners.runlog import fingerprint
+from runners.store.identity import stream_identity, variant_of
 
 RECORDED = [
     ((), "tepa_rev", "", "8ce049bfe91f6e5a"),

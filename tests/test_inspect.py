@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.data.integrity import EPISODES, META, file_record
+from analysis.data.logformat import EPISODES, META, file_record
 from analysis.inspect import main, timeline, timeline_title
 from analysis.report.timeline import busiest_key, read_lifecycle
 from envs.controlled_drift import ControlledDrift
@@ -107,7 +107,7 @@ def test_the_report_shows_lifecycle_timelines_of_tepa_rev_and_tepa_norev(tmp_pat
         run_overrides(*overrides, "seeds=[0,1]")
     assert analyse(["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--quiet"]) == 0
     readme = (tmp_path / "out" / "README.md").read_text()
-    assert "![paper_controlled / controlled_drift: precedents of key" in readme
+    assert "![paper_controlled (env.phase_length=30) / controlled_drift: precedents of key" in readme
     assert "(figures/lifecycle_paper_controlled.png)" in readme
     assert (
         (tmp_path / "out" / "figures" / "lifecycle_paper_controlled.png").read_bytes().startswith(b"\x89PNG")

@@ -17,13 +17,13 @@ import pyarrow.parquet as pq
 import pytest
 from omegaconf import OmegaConf
 
+from analysis.data.logformat import EPISODES
 from envs.base import Task
 from runners.agent.prompt import labels_for, render
 from runners.llm.backend import Request
 from runners.llm.local.serve import GEMMA_ALIAS, MODEL_ALIAS
 from runners.llm.openai_backend import OpenAIBackend
 from runners.run import CONF_DIR, PROJECT_ROOT
-from runners.runlog import EPISODES
 from tepa.evidence import Evidence
 
 pytestmark = pytest.mark.llm

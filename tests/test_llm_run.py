@@ -20,9 +20,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from analysis.data.logformat import EPISODES, META
 from runners.llm.local.serve import free_port, port_in_use
 from runners.run import PROJECT_ROOT
-from runners.runlog import EPISODES, META
 from tests.helpers.fault_proxy import FaultProxy, FaultRates
 
 pytestmark = pytest.mark.llm

@@ -3,9 +3,9 @@ analysis writes its outputs, and a rerun skips every complete stream."""
 
 import json
 
+from analysis.data.logformat import META
 from analysis.map.__main__ import main as analyse
 from runners.map.__main__ import main as run_map
-from runners.runlog import META
 
 
 def test_a_tiny_map_runs_both_stages_is_analysed_and_resumes(tmp_path, capfd):

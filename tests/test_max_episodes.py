@@ -6,9 +6,9 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
+from analysis.data.logformat import EPISODES, PARTIAL_EPISODES
 from runners.config import ConfigError
-from runners.identity import stream_identity
-from runners.runlog import EPISODES, PARTIAL_EPISODES
+from runners.store.identity import stream_identity
 from tests.helpers.runner import run_overrides
 from tests.test_resume import FLAKY, FlakyDrift
 

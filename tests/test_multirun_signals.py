@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from analysis.data.logformat import META, PARTIAL_EPISODES
 from runners.run import PROJECT_ROOT
-from runners.runlog import META, PARTIAL_EPISODES
 
 # Three jobs of 40,000 episodes, two at a time.
 SWEEP = (

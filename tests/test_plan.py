@@ -8,9 +8,9 @@ import resource
 import pyarrow.parquet as pq
 import pytest
 
+from analysis.data.logformat import EPISODES, PARTIAL_EPISODES
 from runners.config import ConfigError
 from runners.run import RunStopped
-from runners.runlog import EPISODES, PARTIAL_EPISODES
 from tests.helpers.runner import cli, run_overrides
 from tests.helpers.stub_server import echoed
 

@@ -10,12 +10,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.data.load import ANALYSIS_COLUMNS
+from analysis.data.logformat import parquet_bytes
 from analysis.record import COLUMNS, COUNTERS, FIELDS, LABELS, STATE_COUNTS, TYPES
 from envs.controlled_drift import ControlledDrift
 from runners.agent.loop import run_stream
 from runners.llm.simulated.reader import SimulatedBackend
 from runners.registry import build_memory
-from runners.runlog import parquet_bytes
 
 ARROW = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
 

@@ -1,4 +1,4 @@
-"""`make reproduce`'s experiments side by side (runners.reproduce), with stand-in commands: they run at
+"""`make reproduce`'s experiments side by side (runners.launch.reproduce), with stand-in commands: they run at
 the same time, a failed data check skips its experiment, a failure is reported with its exit status,
 and SIGTERM reaches every experiment still running."""
 
@@ -9,8 +9,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from runners import reproduce
-from runners.reproduce import Step
+from runners.launch import reproduce
+from runners.launch.reproduce import Step
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -57,7 +57,7 @@ def test_the_steps_are_the_paper_experiments_through_the_joblib_launcher_and_mak
         ]  # fmt: skip
     assert [s.guard for s in steps if s.guard] == [["py", "-m", "envs.memoryagentbench.data"]]
     recipe = (ROOT / "Makefile").read_text().split("\nreproduce:")[1].split("\n\n")[0]
-    assert "python -m runners.reproduce --results-dir results" in recipe
+    assert "python -m runners.launch.reproduce --results-dir results" in recipe
 
 
 def test_sigterm_is_passed_on_to_every_experiment_still_running(tmp_path):
@@ -65,8 +65,8 @@ def test_sigterm_is_passed_on_to_every_experiment_still_running(tmp_path):
     script.write_text(
         textwrap.dedent(
             f"""
-            from runners import reproduce
-            from runners.reproduce import Step
+            from runners.launch import reproduce
+            from runners.launch.reproduce import Step
             long = [{PY!r}, "-c", "import time; time.sleep(60)"]
             out = reproduce.run_side_by_side([Step("a", None, long), Step("b", None, long)], echo=False)
             print(out["failed"])

@@ -11,9 +11,9 @@ import textwrap
 import pyarrow.parquet as pq
 import pytest
 
+from analysis.data.logformat import ARCHIVE, EPISODES, META, PARTIAL_EPISODES
 from runners.config import ConfigError
 from runners.run import PROJECT_ROOT
-from runners.runlog import ARCHIVE, EPISODES, META, PARTIAL_EPISODES
 from tests.helpers.runner import run_overrides
 
 TINY = ("env.phase_length=5",)  # controlled drift: 4 phases x 5 = 20 episodes per stream

@@ -18,12 +18,12 @@ import pandas as pd
 import pytest
 
 from analysis.__main__ import main as analysis_main
-from analysis.data.integrity import file_record
 from analysis.data.load import load_runs
+from analysis.data.logformat import ARCHIVE, EPISODES, META, PARTIAL_EPISODES, file_record
 from envs.controlled_drift import ControlledDrift
 from runners.bench import suite as bench
 from runners.run import PROJECT_ROOT, RunSummary
-from runners.runlog import ARCHIVE, EPISODES, META, PARTIAL_EPISODES, StreamLog
+from runners.store.runlog import StreamLog
 from tests.helpers.runner import run_overrides
 from tests.helpers.shared_data import DATA_DIR
 
@@ -334,7 +334,7 @@ def test_a_second_process_waits_for_the_stream_and_never_writes_beside_the_first
 
 def test_the_lock_of_a_killed_writer_does_not_hold_a_rerun(tmp_path):
     d = tmp_path / "runs" / "adhoc" / "controlled_drift" / "lww" / TINY / "seed=0"
-    code = "import sys; from runners.runlog import StreamLog; import pathlib, os, signal; "
+    code = "import sys; from runners.store.runlog import StreamLog; import pathlib, os, signal; "
     code += f"s = StreamLog(pathlib.Path({str(d)!r}), {{}}); assert s.try_acquire() is None; "
     code += "os.kill(os.getpid(), signal.SIGKILL)"
     killed = subprocess.run([sys.executable, "-c", code], env=ENV, timeout=60)
@@ -411,12 +411,13 @@ def test_the_analysis_tabulates_and_draws_a_sweep_over_any_key(tmp_path):
     run(tmp_path, TINY, "memory=lww", "seeds=[0,1]")
     out = tmp_path / "out"
     assert analysis_main(["--runs", str(tmp_path / "runs"), "--out", str(out), "--quiet"]) == 0
-    sweep = pd.read_csv(out / "tables" / "sweep_thresholds.csv")
+    sweep = pd.read_csv(out / "tables" / "sweep_adhoc.csv")
+    sweep = sweep[sweep["phase"] == "overall"]
     assert sorted(zip(sweep["memory"], sweep["lapse"], sweep["n"], strict=True)) == [
         ("tepa_rev", 0.0, 2),
         ("tepa_rev", 0.5, 2),
     ]
-    assert (out / "figures" / "sweep_controlled_drift_tepa_rev.png").is_file()
+    assert (out / "figures" / "sweep_adhoc_controlled_drift_tepa_rev.png").is_file()
     success = pd.read_csv(next((out / "tables").glob("success_adhoc*.csv")))
     assert set(success["memory"]) == {"lww"}  # grid points are not averaged as if they were seeds
 

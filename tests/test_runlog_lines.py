@@ -1,4 +1,4 @@
-"""runners.runlog writes lifecycle events from a template: each line must be the encoder's text."""
+"""runners.store.runlog writes lifecycle events from a template: each line must be the encoder's text."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runners.runlog import _dumps, jsonl_bytes
+from analysis.data.logformat import dumps, jsonl_bytes
 from tepa.archive import EVENT_LAYOUT
 from tepa.evidence import Observation
 from tepa.tepa_rev import TEPARev
@@ -22,7 +22,7 @@ EVENT = st.tuples(*(INT if kind is int else TEXT for _, kind in EVENT_LAYOUT)).m
 
 
 def encoder_lines(rows: list[dict]) -> bytes:
-    return "".join(_dumps(r) + "\n" for r in rows).encode()
+    return "".join(dumps(r) + "\n" for r in rows).encode()
 
 
 @settings(max_examples=300, deadline=None)

@@ -13,8 +13,11 @@ ROOT = Path(__file__).resolve().parents[1]
 CELL = {"experiment": "paper_controlled", "env": "controlled_drift", "phase": "full_reversal"}
 
 
-def analysis_of(success: dict, mpi: dict | None = None, paired: dict | None = None) -> Analysis:
-    """An Analysis holding only the given (mean, low, high[, n]) estimates of the controlled cell."""
+def analysis_of(
+    success: dict, mpi: dict | None = None, paired: dict | None = None, departs: str = "", n: int = 10
+) -> Analysis:
+    """An Analysis holding only the given (mean, low, high) estimates of the controlled cell over `n`
+    seeds, from runs that depart from the paper's configuration in `departs` ("": they do not)."""
 
     def frame(values: dict, columns: tuple[str, ...]) -> pd.DataFrame:
         rows = [CELL | {"memory": m, **dict(zip(columns, v, strict=False))} for m, v in values.items()]
@@ -27,8 +30,8 @@ def analysis_of(success: dict, mpi: dict | None = None, paired: dict | None = No
     return Analysis(
         phases={},
         per_seed=empty,
-        success=frame({m: (*v, 10) for m, v in success.items()}, ("mean", "low", "high", "n")),
-        mpi=frame({m: (*v, 10) for m, v in (mpi or {}).items()}, ("mean", "low", "high", "n")),
+        success=frame({m: (*v, n) for m, v in success.items()}, ("mean", "low", "high", "n")),
+        mpi=frame({m: (*v, n) for m, v in (mpi or {}).items()}, ("mean", "low", "high", "n")),
         paired=pd.DataFrame(paired_rows),
         lags=empty,
         adaptation=empty,
@@ -39,6 +42,19 @@ def analysis_of(success: dict, mpi: dict | None = None, paired: dict | None = No
         window=20,
         tolerance=0.1,
         reference=None,
+        departures=pd.DataFrame(
+            [
+                {
+                    "experiment": CELL["experiment"],
+                    "env": CELL["env"],
+                    "memory": m,
+                    "seed": seed,
+                    "departs": departs,
+                }
+                for m in success
+                for seed in range(n)
+            ]
+        ),
     )
 
 
@@ -104,3 +120,22 @@ def test_every_written_reason_links_evidence_that_exists():
     for key, reason in REASONS.items():
         assert reason.text and reason.evidence, key
         assert (ROOT / "results" / reason.evidence.split("#")[0]).is_file(), reason.evidence
+
+
+@pytest.mark.parametrize(
+    ("departs", "n", "reason"),
+    [
+        ("env.phase_length=100", 10, "not the paper's configuration: env.phase_length=100"),
+        ("llm=openai", 10, "not the paper's configuration: llm=openai"),
+        ("", 2, "2 seeds: too few to grade (at least 8)"),
+    ],
+)
+def test_runs_that_are_not_the_paper_configuration_are_not_graded_and_say_why(departs, n, reason):
+    paired = {"row": {"n": n, "diff": 0.74, "diff_low": 0.72, "diff_high": 0.76, "p": 1e-6, "p_boot": 1e-4}}
+    card = scorecard(
+        analysis_of(SUCCESS, mpi={"append_only": (0.31, 0.2, 0.4)}, paired=paired, departs=departs, n=n)
+    )
+    controlled = card[card["env"] == "controlled_drift"]
+    assert set(controlled["verdict"]) == {"variant"}  # not even the rows that would match the paper
+    assert set(controlled["reason"]) == {reason} and set(controlled["evidence"]) == {""}
+    assert "lapse" not in " ".join(controlled["reason"])  # no reason measured on the paper's configuration

@@ -1,6 +1,6 @@
-"""CPU slots across processes (runners.slots): at most N jobs at once, the most urgent waiting job first,
-a killed holder or waiter never blocks the others, a pinned slot runs its holder on its CPU, and a run of
-`python -m runners.run` waits for a slot when `make reproduce` shares them."""
+"""CPU slots across processes (runners.launch.slots): at most N jobs at once, the most urgent waiting
+job first, a killed holder or waiter never blocks the others, a pinned slot runs its holder on its CPU,
+and a run of `python -m runners.run` waits for a slot when `make reproduce` shares them."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from runners import slots
 from runners.config import ConfigError
+from runners.launch import slots
 from tests.helpers.runner import cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +28,7 @@ def holder(
     exists (None: gives it back at once)."""
     code = textwrap.dedent(f"""
         import os, time
-        from runners import slots
+        from runners.launch import slots
         with slots.held():
             with open({str(log)!r}, "a") as out:
                 out.write({tag!r} + "\\n")

@@ -6,9 +6,9 @@ import pytest
 
 from runners.compose import compose_config
 from runners.config import ConfigError, validate
-from runners.identity import stream_identity, variant_of
 from runners.llm.backend import Reply, Request
 from runners.run import CONF_DIR
+from runners.store.identity import stream_identity, variant_of
 
 
 def identity_of(*overrides: str, env: str = "controlled_drift"):

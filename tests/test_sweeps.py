@@ -8,8 +8,8 @@ import os
 import subprocess
 import sys
 
+from analysis.data.logformat import META
 from runners.run import PROJECT_ROOT
-from runners.runlog import META
 
 TINY = ("env.phase_length=4",)
 VARIANT = "env.phase_length=4"  # the directory level that names TINY's difference from the defaults

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from runners.compose import compose_config
-from runners.identity import variant_of
 from runners.run import CONF_DIR
+from runners.store.identity import variant_of
 
 
 def variant_name(*overrides: str) -> str:

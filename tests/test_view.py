@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 from matplotlib.image import imread
 
-from analysis.data.integrity import file_record
-from analysis.record import EpisodeRecord
+from analysis.data.logformat import file_record
+from analysis.record import SAMPLE, EpisodeRecord
 from analysis.view.__main__ import main
 from analysis.view.sample import BOUNDARY
 from analysis.view.samples import decode, stale_lines
@@ -68,9 +68,13 @@ def write_stream(
             reply=INJECTION if t == 7 else f"Answer: {action}", hop_replies="", error="", n_evidence=2,
             prompt_tokens=90, completion_tokens=3, cached=False, truncated=False, latency=0.0, hypothesis=0,
             active=1, revoked=0, promotions=1, revocations=0, repromotions=0, trials=0, trial_passes=0,
+            **dict.fromkeys(SAMPLE, ""),
         )  # fmt: skip
         row = record.row({"experiment": "exp", "env": "controlled_drift", "memory": memory})
-        rows.append(row | (_sample_columns(t, length) if logged else {}))
+        if logged:
+            rows.append(row | _sample_columns(t, length))
+        else:  # a log written before episodes recorded their samples
+            rows.append({k: v for k, v in row.items() if k not in SAMPLE})
     pd.DataFrame(rows).to_parquet(run / "episodes.parquet")
     archive = "".join(json.dumps(e) + "\n" for e in events)
     (run / "archive.jsonl").write_text(archive)
@@ -291,21 +295,30 @@ def test_sample_values_not_in_the_format_decode_as_not_logged_and_are_counted():
     assert decode("truth", None) == (None, False)
 
 
-def test_a_malformed_sample_value_is_noted_on_the_stream(tmp_path):
-    run = write_stream(tmp_path, "tepa_rev")
+def _damage(run, column: str, value: str) -> None:
     frame = pd.read_parquet(run / "episodes.parquet")
-    frame.loc[4, "evidence"] = "[oops"
+    frame.loc[4, column] = value
     frame.to_parquet(run / "episodes.parquet")
     meta = json.loads((run / "meta.json").read_text())
     meta["files"]["episodes.parquet"] = file_record((run / "episodes.parquet").read_bytes(), 40)
     (run / "meta.json").write_text(json.dumps(meta))
+
+
+def test_a_malformed_option_list_is_noted_on_the_stream(tmp_path):
+    _damage(write_stream(tmp_path, "tepa_rev"), "options", "[oops")
     out = tmp_path / "view.html"
     assert main([str(tmp_path / "runs"), "--out", str(out)]) == 0
     data = _embedded(out, 0)
     assert data["logged"]["notes"] == [
-        "column evidence: 1 value(s) not in the logged-sample format, shown as not logged"
+        "column options: 1 value(s) not in the logged-sample format, shown as not logged"
     ]
-    assert data["rows"][4][data["columns"].index("stale")] is None
+
+
+def test_malformed_evidence_keeps_the_stream_out_as_the_analysis_refuses_it(tmp_path, capsys):
+    _damage(write_stream(tmp_path, "tepa_rev"), "evidence", "[oops")
+    out = tmp_path / "view.html"
+    assert main([str(tmp_path / "runs"), "--out", str(out)]) == 0
+    assert "0 stream(s), 1 not shown" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

@@ -7,15 +7,21 @@ the episode rows, not from the path. Directories the runner moved aside (`seed=0
 runs.
 
 A run is trusted only once its files verify against the checksums its meta.json records
-(`analysis.data.integrity.verify`, the runner's own check) and its episode columns pass
+(`analysis.data.logformat.verify`, the runner's own check) and its episode columns pass
 `analysis.data.validate.check_episodes`. Otherwise the analysis stops with one ValueError naming the file
 (and the column) and what is wrong, before anything is written: rerunning the experiment's command
 moves a damaged stream aside and redoes it.
+
+Each run's logged sample (`evidence`, `truth`) is turned into its per-episode memory-quality columns
+as it is read (`analysis.memory_quality`), and the text is not kept. A run logged before the sample
+existed, or whose environment reports no truth, reads with those columns empty (NaN), and the load says
+so in one line: it is analysed as before, without memory metrics.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +33,8 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from analysis.data import integrity
+from analysis import memory_quality
+from analysis.data import logformat
 from analysis.data.validate import check_episodes
 from analysis.record import COUNTERS, STATE_COUNTS
 from analysis.record import LABELS as RUN_LABELS
@@ -45,8 +52,12 @@ _EVENT_PARSING = pj.ParseOptions(explicit_schema=EVENT_SCHEMA, unexpected_field_
 #: The episode columns the analysis uses (see `analysis.record`); the others (task keys, actions, raw
 #: replies) are not read, which keeps loading a full reproduction fast. Counters a run lacks read as 0.
 ANALYSIS_COLUMNS = (*REQUIRED_COLUMNS, "prompt_tokens", *COUNTERS, *STATE_COUNTS)
+#: The sample columns the memory metrics are computed from (read when the log has them, then dropped).
+SAMPLE_COLUMNS = ("evidence", "truth")
 #: Threads reading run files concurrently.
 _READERS = 4
+#: What a label (experiment, env, memory) may be: one plain directory name, as the runner's config allows.
+PLAIN_LABEL = re.compile(r"[A-Za-z0-9_.=+-]+")
 #: The threshold-sweep experiment: its runs share labels and differ only in their resolved config.
 SWEEP_EXPERIMENT = "sweep_thresholds"
 
@@ -58,8 +69,9 @@ class RunLogs:
     episodes: one row per episode of every run, plus `run` (the run directory relative to the root).
     events: how many lifecycle events of each kind every run's archive holds: `run`, the run's labels,
     `event` and `count` (one row per run and kind it logged).
-    runs: one row per run: `run`, the labels, `n_episodes`, and `config` (meta.json flattened to
-    dotted keys, e.g. "config.memory.theta_rev").
+    runs: one row per run: `run`, the labels, `n_episodes`, `config` (meta.json flattened to dotted
+    keys, e.g. "config.memory.theta_rev") and `sample` (whether its memory metrics could be computed,
+    `analysis.memory_quality.LOGGED`, or why not).
     """
 
     episodes: pd.DataFrame
@@ -79,31 +91,34 @@ def flatten(mapping: dict, prefix: str = "") -> dict[str, object]:
     return flat
 
 
-def read_meta(run_dir: Path) -> dict:
-    """meta.json of a run, or {} when it is missing or unreadable (a run still being written)."""
-    return integrity.read_meta(run_dir) or {}
-
-
-def is_complete(run_dir: Path) -> bool:
-    """A run is complete when its meta.json says so and its episode log exists."""
-    return read_meta(run_dir).get("complete") is True and (run_dir / "episodes.parquet").is_file()
-
-
 def find_runs(root: str | Path) -> list[Path]:
-    """Complete run directories under `root`, in sorted (deterministic) order."""
+    """Complete run directories under `root`, in sorted (deterministic) order.
+
+    Complete: its meta.json (which the runner writes last, atomically) says so; a stream without one
+    is still being written. A meta.json that cannot be read (not a regular file, not a JSON object,
+    nested absurdly deep) is damage, a ValueError naming it, as is a complete stream whose logs are
+    missing (`_read_run`)."""
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"root: {root} is not a directory")
-    metas = root.rglob(integrity.META)
-    candidates = sorted(p.parent for p in metas if not integrity.is_aside(p.parent.relative_to(root)))
-    complete = [p for p in candidates if is_complete(p)]
+    metas = root.rglob(logformat.META)
+    candidates = sorted(p.parent for p in metas if not logformat.is_aside(p.parent.relative_to(root)))
+    complete = []
+    for run_dir in candidates:
+        try:
+            meta = logformat.load_meta(run_dir)
+        except ValueError as error:
+            raise ValueError(f"{error}; rerun its experiment to redo it") from None
+        if meta.get("complete") is True:
+            complete.append(run_dir)
     if len(complete) < len(candidates):
         log.info("skipping %d incomplete run(s) under %s", len(candidates) - len(complete), root)
     return complete
 
 
-def read_episodes(run_dir: Path) -> pa.Table:
-    """The ANALYSIS_COLUMNS of one run's episodes.parquet (those it has) as an Arrow table.
+def read_episodes(run_dir: Path) -> tuple[pa.Table, str]:
+    """The ANALYSIS_COLUMNS of one run's episodes.parquet (those it has) and its memory-quality columns
+    (`analysis.memory_quality.EPISODE_COLUMNS`) as an Arrow table, and the run's sample status.
 
     One ParquetFile serves both the schema check and the read, single-threaded: files are small and
     load_runs already reads several at once, so the dataset API's and Arrow's thread start-up would
@@ -115,9 +130,18 @@ def read_episodes(run_dir: Path) -> pa.Table:
     missing = [c for c in REQUIRED_COLUMNS if c not in names]
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
-    table = file.read(columns=[c for c in ANALYSIS_COLUMNS if c in names], use_threads=False)
+    sample = [c for c in SAMPLE_COLUMNS if c in names]
+    table = file.read(columns=[c for c in (*ANALYSIS_COLUMNS, *sample) if c in names], use_threads=False)
     check_episodes(table, path)
-    return table
+    texts = [table[c].to_pylist() if c in sample else None for c in SAMPLE_COLUMNS]
+    try:
+        quality = memory_quality.episode_columns(table.num_rows, *texts)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    table = table.drop_columns(sample)
+    for name, values in quality.items():
+        table = table.append_column(name, pa.array(values))
+    return table, memory_quality.sample_status(*texts)
 
 
 def read_events(run_dir: Path) -> pa.Table:
@@ -139,12 +163,19 @@ def count_events(run_dir: Path) -> dict[str, int]:
 
 
 def _labels(table: pa.Table, run: str) -> dict[str, object]:
+    """A run's labels, one value per column. Labels name output files and stand in tables as they are,
+    so each must be a plain name as the runner writes them (PLAIN_LABEL), never a path or markup."""
     labels = {}
     for name in LABELS:
         values = pc.unique(table[name]).to_pylist()
         if len(values) != 1:
             raise ValueError(f"run {run}: column {name} has {len(values)} distinct values, expected one")
         labels[name] = int(values[0]) if name == "seed" else str(values[0])
+        if name != "seed" and not (PLAIN_LABEL.fullmatch(labels[name]) and labels[name].strip(".")):
+            raise ValueError(
+                f"run {run}: column {name} holds {labels[name]!r}, not a plain name "
+                "(letters, digits, _ . = + -)"
+            )
     return labels
 
 
@@ -152,6 +183,14 @@ def variants(runs: pd.DataFrame) -> pd.Series:
     """Each run's configuration variant: "" for its experiment's own configuration, else the keys that
     differ from it (meta.json's `variant`, which the runner also uses as a directory level)."""
     return runs["config"].map(lambda config: str(config.get("variant") or ""))
+
+
+def experiment_variants(runs: pd.DataFrame) -> dict[str, list[str]]:
+    """Experiment -> the configuration variants among its runs (sorted, "" left out): what its tables'
+    and figures' titles name."""
+    named = runs.assign(variant=variants(runs))
+    named = named[named["variant"] != ""]
+    return {str(e): sorted(set(group["variant"])) for e, group in named.groupby("experiment", sort=True)}
 
 
 def in_sweep(runs: pd.DataFrame) -> pd.Series:
@@ -165,7 +204,8 @@ def in_sweep(runs: pd.DataFrame) -> pd.Series:
 def _check_unique(runs: pd.DataFrame) -> None:
     """Two runs with the same labels and configuration would be averaged as if they were two seeds:
     refuse."""
-    regular = runs[runs["experiment"] != SWEEP_EXPERIMENT].assign(variant=variants(runs))
+    labelled = runs.assign(variant=variants(runs))  # before filtering: a Series assigned to an empty
+    regular = labelled[labelled["experiment"] != SWEEP_EXPERIMENT]  # frame would add NaN rows
     dup = regular[regular.duplicated([*LABELS, "variant"], keep=False)]
     if not dup.empty:
         raise ValueError(
@@ -173,18 +213,29 @@ def _check_unique(runs: pd.DataFrame) -> None:
         )
 
 
-def _read_run(root: Path, run_dir: Path) -> tuple[str, pa.Table, dict[str, int], dict]:
+def _read_run(root: Path, run_dir: Path) -> tuple[str, tuple[pa.Table, str], dict[str, int], dict]:
     """A run's files, verified (see the module docstring); a ValueError names what cannot be trusted."""
-    meta = read_meta(run_dir)
-    if "files" in meta:  # runs written before checksums were recorded are read unverified
-        problem = integrity.verify(run_dir, meta)
-        if problem is not None:
-            raise ValueError(f"{problem}; rerun its experiment to redo it")
+    meta = logformat.read_meta(run_dir) or {}
+    problem = logformat.verify(run_dir, meta)  # a run that records no checksums is not trusted either
+    if problem is not None:
+        raise ValueError(f"{problem}; rerun its experiment to redo it")
     try:
         return run_dir.relative_to(root).as_posix(), read_episodes(run_dir), count_events(run_dir), meta
     except (OSError, pa.ArrowException) as exc:  # a file Arrow cannot read (ArrowInvalid is both)
         reason = str(exc).splitlines()[0] if str(exc) else repr(exc)
         raise ValueError(f"{run_dir}: unreadable ({reason})") from None
+
+
+def _note_unavailable(runs: pd.DataFrame) -> None:
+    """One line per reason some runs have no memory metrics (they are analysed without them)."""
+    why = {
+        memory_quality.NOT_LOGGED: "logged before episodes recorded their retrieved evidence",
+        memory_quality.NO_TRUTH: "their environment reports no truth",
+    }
+    for status, reason in why.items():
+        n = int((runs["sample"] == status).sum())
+        if n:
+            log.warning("memory metrics unavailable for %d of %d run(s): %s", n, len(runs), reason)
 
 
 def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:
@@ -199,7 +250,7 @@ def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:
     tables, events, runs = [], [], []
     with ThreadPoolExecutor(max_workers=_READERS) as pool:
         loaded = pool.map(lambda run_dir: _read_run(root, run_dir), run_dirs)
-        for run, table, counts, meta in tqdm(
+        for run, (table, sample), counts, meta in tqdm(
             loaded, total=len(run_dirs), desc="reading runs", unit="run", disable=not progress
         ):
             if table.num_rows == 0:
@@ -208,10 +259,19 @@ def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:
             labels = _labels(table, run)
             tables.append(table.append_column("run", pa.repeat(run, table.num_rows)))
             events += [{"run": run, **labels, "event": kind, "count": n} for kind, n in counts.items()]
-            runs.append({"run": run, **labels, "n_episodes": table.num_rows, "config": flatten(meta)})
+            runs.append(
+                {
+                    "run": run,
+                    **labels,
+                    "n_episodes": table.num_rows,
+                    "config": flatten(meta),
+                    "sample": sample,
+                }
+            )
     if not runs:
         raise ValueError(f"root: no complete runs with episodes under {root}")
     runs_frame = pd.DataFrame(runs)
+    _note_unavailable(runs_frame)
     _check_unique(runs_frame)
     episodes = pa.concat_tables(tables, promote_options="permissive").to_pandas()
     for name in (*COUNTERS, *STATE_COUNTS):

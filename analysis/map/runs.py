@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from analysis.data import integrity
+from analysis.data import logformat
 from analysis.data.load import find_runs
 
 #: Keys of a logged memory config that are not the method's parameters.
@@ -140,7 +140,7 @@ def evaluation(
 
 
 def _summary(run_dir: Path, spec: dict[str, Any], cells: list[dict[str, float]]) -> dict[str, Any] | None:
-    meta = integrity.read_meta(run_dir) or {}
+    meta = logformat.read_meta(run_dir) or {}
     config = meta.get("config") or {}
     method = meta.get("memory")
     if meta.get("experiment") != spec["name"] or method not in spec["methods"]:
@@ -159,7 +159,7 @@ def _summary(run_dir: Path, spec: dict[str, Any], cells: list[dict[str, float]])
     if cell is None:
         return None
     params = {k: v for k, v in (config.get("memory") or {}).items() if k not in _NOT_PARAMS}
-    problem = integrity.verify(run_dir, meta) if "files" in meta else None
+    problem = logformat.verify(run_dir, meta) if "files" in meta else None
     if problem is not None:
         raise ValueError(f"{problem}; rerun the map to redo it")
     columns = ["t", "key", "correct", "phase", "success", "prompt_tokens", "revocations"]

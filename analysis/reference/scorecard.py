@@ -8,7 +8,10 @@ whose note says "p < x"). Verdicts, decided from the data alone:
   every other method the paper reports in the same cell (success rates);
 - not reproduced: neither; a p-value claim is reproduced only when both of our tests (exact sign-flip
   and paired bootstrap) meet the paper's bound;
-- not run: we have no runs for the cell.
+- not run: we have no runs for the cell;
+- variant: our runs of the cell are not the paper experiment's configuration (another parameter, option
+  or truncation; `analysis.reference.configuration`) or too few seeds for the intervals a verdict rests
+  on (`analysis.stats.MIN_BOOTSTRAP_SEEDS`): not graded, and the reason names the keys that differ.
 
 Every row that is not reproduced carries a one-line reason with a link to its evidence. The reasons are
 written here, by hand, from what the sensitivity report and the project README found; a row without a
@@ -23,13 +26,16 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from analysis.metrics import Analysis, method_label
+from analysis import memory_quality
+from analysis.metrics import NO_MEMORY, Analysis, method_label
 from analysis.reference import paper
+from analysis.stats import MIN_BOOTSTRAP_SEEDS
 
 #: |ours - paper| at or below this counts as reproduced, whatever the interval.
 TOLERANCE = 0.03
 REPRODUCED, DIRECTION, NOT_REPRODUCED, NOT_RUN = "reproduced", "direction only", "not reproduced", "not run"
-VERDICTS = (REPRODUCED, DIRECTION, NOT_REPRODUCED, NOT_RUN)
+VARIANT = "variant"
+VERDICTS = (REPRODUCED, DIRECTION, NOT_REPRODUCED, NOT_RUN, VARIANT)
 _P_CLAIM = re.compile(r"p < (?P<bound>[0-9.]+)")
 
 _SENSITIVITY = "sensitivity.md"
@@ -179,7 +185,11 @@ def _p_rows(analysis: Analysis, number: paper.PaperNumber) -> dict | None:
     if row is None:
         return record | {"verdict": NOT_RUN, "reason": "no runs for this cell", "evidence": ""}
     p_exact, p_boot, n = float(row["p"]), float(row["p_boot"]), int(row["n"])
-    record |= {"ours": max(p_exact, p_boot), "p_sign_flip": p_exact, "p_bootstrap": p_boot, "n": n}
+    defined = [p for p in (p_exact, p_boot) if not math.isnan(p)]
+    record |= {"ours": max(defined, default=math.nan), "p_sign_flip": p_exact, "p_bootstrap": p_boot, "n": n}
+    departure = _departure(analysis, number, n)
+    if departure:
+        return record | {"verdict": VARIANT, "reason": departure, "evidence": ""}
     if p_exact < bound and p_boot < bound:
         return record | {"verdict": REPRODUCED, "reason": "", "evidence": ""}
     floor = 2 / 2**n
@@ -189,6 +199,32 @@ def _p_rows(analysis: Analysis, number: paper.PaperNumber) -> dict | None:
         else "our tests do not reach the bound"
     )
     return record | {"verdict": NOT_REPRODUCED, "reason": why, "evidence": _DRIFT_TABLE}
+
+
+def _departure(analysis: Analysis, number: paper.PaperNumber, n: int) -> str:
+    """Why our runs of the number's cell cannot be graded against it ("" when they can): the keys in
+    which they are not the paper experiment's configuration, or too few seeds."""
+    methods = {number.method, number.other or number.method} | (
+        {NO_MEMORY} if number.metric == "mpi" else set()
+    )
+    frame = analysis.departures
+    runs = (
+        frame[
+            (frame["experiment"] == number.experiment)
+            & (frame["env"] == number.env)
+            & frame["memory"].isin(methods)
+        ]
+        if len(frame)
+        else frame
+    )
+    if runs.empty:
+        return "not the paper experiment's runs"
+    keys = sorted({k for departs in runs["departs"] for k in departs.split(", ") if k})
+    if keys:
+        return "not the paper's configuration: " + ", ".join(keys)
+    if n < MIN_BOOTSTRAP_SEEDS:
+        return f"{n} seeds: too few to grade (at least {MIN_BOOTSTRAP_SEEDS})"
+    return ""
 
 
 def _identity(number: paper.PaperNumber) -> dict:
@@ -211,8 +247,11 @@ def scorecard(analysis: Analysis) -> pd.DataFrame:
             "paper": number.value,
             "paper_approximate": number.approximate,
         }
+        departure = _departure(analysis, number, ours.n) if ours is not None else ""
         if ours is None:
             verdict = NOT_RUN
+        elif departure:
+            verdict = VARIANT
         elif _close(ours, number.value):
             verdict = REPRODUCED
         elif _same_direction(analysis, number, ours):
@@ -221,9 +260,15 @@ def scorecard(analysis: Analysis) -> pd.DataFrame:
             verdict = NOT_REPRODUCED
         if ours is not None:
             record |= {"ours": ours.mean, "low": ours.low, "high": ours.high, "n": ours.n}
+        if number.metric == "success":  # the memory-level figures of the same cell, beside it
+            record |= memory_quality.lookup(
+                analysis.memory, number.experiment, number.env, number.phase, number.method
+            )
         reason = Reason("", "")
         if verdict == NOT_RUN:
             reason = Reason("no runs for this cell", "")
+        elif verdict == VARIANT:
+            reason = Reason(departure, "")
         elif verdict != REPRODUCED:
             key = (number.experiment, number.env, number.method, number.metric)
             reason = REASONS.get(key, Reason("no explanation recorded", ""))

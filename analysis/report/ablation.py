@@ -160,4 +160,5 @@ def ablation_table(analysis: Analysis, root: str | Path) -> Table | None:
             "return until the precedent is active again (returns never re-promoted within their regime are "
             "left out of the delay and counted in the re-promoted column)."
         ),
+        experiment=ABLATION_EXPERIMENT,
     )

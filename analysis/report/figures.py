@@ -14,17 +14,20 @@ give byte-identical images with the same matplotlib. Each method keeps one colou
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterable
+import textwrap
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from analysis.data.load import in_sweep
+from analysis.data.load import experiment_variants, in_sweep
 from analysis.metrics import (
     METHOD_ORDER,
     NO_MEMORY,
@@ -33,6 +36,7 @@ from analysis.metrics import (
     TEPA_REV,
     Analysis,
     env_label,
+    experiment_title,
     method_label,
     phase_orders,
     settings,
@@ -41,10 +45,12 @@ from analysis.metrics import (
 )
 from analysis.report.timeline import busiest_key, draw_timeline, legend_handles, read_lifecycle, read_phases
 
-#: Lifecycle timelines: the drift experiments, revocation against the ablation without it, one seed.
-TIMELINES = (("paper_controlled", "controlled_drift"), ("paper_executable", "executable_drift"))
+#: Lifecycle timelines, one seed of one setting of every experiment where a memory logged lifecycle
+#: events: revocation against the ablation without it where both ran, else every method that logged events.
 TIMELINE_METHODS = (TEPA_REV, "tepa_norev")
 TIMELINE_SEED = 0
+#: The archive events a timeline draws (`analysis.report.timeline`): a memory logging any has a lifecycle.
+LIFECYCLE_EVENTS = ("created", "promoted", "revoked", "repromoted")
 
 PNG_METADATA = {"Software": None}
 DPI = 110
@@ -76,19 +82,22 @@ _SUCCESS_COLUMNS = ["memory", "seed", "t", "phase", "success"]
 
 @dataclass(frozen=True)
 class FigureFile:
-    """A written figure, with the title the report shows above it."""
+    """A written figure, with the title the report shows above it and the experiment it shows."""
 
     path: Path
     title: str
+    experiment: str = ""
 
 
 @dataclass(frozen=True)
 class Drawing:
-    """A figure rendered to PNG, not yet written: its file name, the report's title for it, the image."""
+    """A figure rendered to PNG, not yet written: its file name, the report's title for it, the image,
+    and the experiment whose runs it shows."""
 
     name: str
     title: str
     png: bytes
+    experiment: str = ""
 
 
 #: One figure to draw: a drawing function below with its data bound (a picklable partial); None when
@@ -100,6 +109,21 @@ def method_colors(methods: Iterable[str]) -> dict[str, str]:
     """A fixed colour per method: the built-in methods always get the same one; others follow in order."""
     extra = [m for m in sorted_methods(methods) if m not in _COLORS]
     return _COLORS | {m: _EXTRA_COLORS[i % len(_EXTRA_COLORS)] for i, m in enumerate(extra)}
+
+
+def set_title(ax: Axes, title: str, **options: float) -> None:
+    """The axes' title, wrapped to the axes' width once the layout has placed them (call it last): a
+    long title (an experiment's name and its variant) ran past the figure's left edge and was clipped."""
+    text = ax.set_title(title, **options)
+    figure = ax.get_figure()
+    per_line = len(title)
+    for _ in range(8):  # each pass lays the figure out again (the axes move as the title grows)
+        figure.draw_without_rendering()
+        wide, room = text.get_window_extent().width, ax.get_window_extent().width
+        if wide <= room or per_line <= 10:
+            return
+        per_line = max(10, min(per_line - 1, int(per_line * room / wide * 0.95)))
+        text.set_text(textwrap.fill(title, per_line))
 
 
 def render(figure: Figure) -> bytes:
@@ -119,14 +143,23 @@ def _phase_starts(rows: pd.DataFrame, phases: list[str]) -> list[tuple[str, int]
     return [(p, int(first[p])) for p in phases if p in first.index]
 
 
-def success_over_time(
-    rows: pd.DataFrame, phases: list[str], experiment: str, env: str, window: int
-) -> Drawing:
-    """Rolling success of each method (per seed, then averaged over seeds) with phases shaded; `rows`:
-    the episodes of that experiment and env."""
-    colors = method_colors(rows["memory"])
-    figure = Figure(figsize=(10, 4.2), layout="constrained")
-    ax = figure.add_subplot()
+def success_curves(rows: pd.DataFrame, window: int) -> dict[str, tuple[pd.Series, str]]:
+    """Method -> its rolling success (per seed, then the mean over seeds) and its legend label, in method
+    order. A curve identical to an earlier method's would hide behind it: its label names that one."""
+    curves: dict[str, tuple[pd.Series, str]] = {}
+    drawn: dict[bytes, str] = {}  # each curve so far -> the first method that has it
+    for method in sorted_methods(rows["memory"]):
+        grid = rows[rows["memory"] == method].pivot(index="t", columns="seed", values="success").astype(float)
+        rolling = grid.rolling(window, min_periods=1).mean().mean(axis=1)
+        same = drawn.setdefault(rolling.index.to_numpy().tobytes() + rolling.to_numpy().tobytes(), method)
+        hidden = "" if same == method else f" (same curve as {method_label(same)})"
+        curves[method] = (rolling, method_label(method) + hidden)
+    return curves
+
+
+def shade_phases(ax: Any, rows: pd.DataFrame, phases: list[str]) -> int:
+    """Shade every other phase of `rows` (episodes with `t` and `phase`), mark the boundaries and name
+    the phases above the axes; returns the end of the stream (last t + 1)."""
     starts = _phase_starts(rows, phases)
     end = int(rows["t"].max()) + 1
     for i, (phase, start) in enumerate(starts):
@@ -143,34 +176,54 @@ def success_over_time(
             va="bottom",
             fontsize=9,
         )
-    n_seeds = 0
-    for method in sorted_methods(rows["memory"]):
-        grid = rows[rows["memory"] == method].pivot(index="t", columns="seed", values="success").astype(float)
-        rolling = grid.rolling(window, min_periods=1).mean().mean(axis=1)
-        n_seeds = max(n_seeds, grid.shape[1])
+    return end
+
+
+def success_over_time(
+    rows: pd.DataFrame,
+    phases: list[str],
+    experiment: str,
+    env: str,
+    window: int,
+    variants: Sequence[str] = (),
+) -> Drawing:
+    """Rolling success of each method (per seed, then averaged over seeds) with phases shaded; `rows`:
+    the episodes of that experiment and env, `variants`: its runs' configuration variants (the title
+    names them). A curve identical to an earlier one would hide behind it: its legend entry says so."""
+    colors = method_colors(rows["memory"])
+    figure = Figure(figsize=(10, 4.2), layout="constrained")
+    ax = figure.add_subplot()
+    end = shade_phases(ax, rows, phases)
+    curves = success_curves(rows, window)
+    for method, (rolling, label) in curves.items():
         ax.plot(
             rolling.index,
             rolling.to_numpy(),
             color=colors[method],
             ls=_STYLES.get(method, "-"),
             lw=1.4,
-            label=method_label(method),
+            label=label,
         )
+    n_seeds = int(rows.groupby("memory")["seed"].nunique().max())
     ax.set_xlim(int(rows["t"].min()), end)
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("episode t (stream position)")
     ax.set_ylabel(f"success, rolling mean of {window}")
-    title = f"{experiment} / {env_label(env)}: success over time (mean over {n_seeds} seeds)"
-    ax.set_title(title, pad=22)
+    name = experiment_title(experiment, {experiment: list(variants)})
+    title = f"{name} / {env_label(env)}: success over time (mean over {n_seeds} seeds)"
     figure.legend(loc="outside right upper", frameon=False, fontsize=9)
-    return Drawing(f"success_over_time_{experiment}_{env}.png", title, render(figure))
+    set_title(ax, title, pad=22)
+    return Drawing(f"success_over_time_{experiment}_{env}.png", title, render(figure), experiment)
 
 
-def mpi_bars(mpi: pd.DataFrame, phases: dict[tuple[str, str], list[str]], experiment: str) -> Drawing | None:
+def mpi_bars(
+    mpi: pd.DataFrame, phases: dict[tuple[str, str], list[str]], experiment: str, variants: Sequence[str] = ()
+) -> Drawing | None:
     """Grouped bars: MPI of each method in each phase (or source), with 95% CI error bars (`mpi`,
-    `phases`: the Analysis' frame and phase orders)."""
+    `phases`: the Analysis' frame and phase orders; `variants` as in `success_over_time`). None when no
+    MPI is defined (No Memory scored 0 everywhere): an empty chart says nothing."""
     data = mpi[mpi["experiment"] == experiment] if len(mpi) else mpi
-    if data.empty:
+    if data.empty or data["mean"].isna().all():
         return None
     pairs = [s for s in settings(data) if s[0] == experiment]
     groups = []
@@ -209,16 +262,18 @@ def mpi_bars(mpi: pd.DataFrame, phases: dict[tuple[str, str], list[str]], experi
     ax.set_xticks(x, [g[2] for g in groups])
     ax.set_ylabel("MPI = (S_NoMem - S_m) / S_NoMem")
     ax.set_xlabel("phase" if len(pairs) == 1 else "source / phase")
-    title = f"{experiment}: memory pollution index (> 0: worse than No Memory)"
-    ax.set_title(title)
+    name = experiment_title(experiment, {experiment: list(variants)})
+    title = f"{name}: memory pollution index (> 0: worse than No Memory)"
     figure.legend(loc="outside right upper", frameon=False, fontsize=9)
-    return Drawing(f"mpi_{experiment}.png", title, render(figure))
+    set_title(ax, title)  # once the legend has taken its room
+    return Drawing(f"mpi_{experiment}.png", title, render(figure), experiment)
 
 
-def sweep_heatmap(points: pd.DataFrame, names: list[str], env: str, method: str) -> Drawing:
-    """Overall success of one swept (env, method) over the first two swept parameters (one row when a
-    single key was swept); `points`: its rows of the Analysis' sweep frame, `names`: the swept
-    parameters' short names. Further swept parameters, if any, are averaged over (the title says so).
+def sweep_heatmap(points: pd.DataFrame, names: list[str], experiment: str, env: str, method: str) -> Drawing:
+    """Overall success of one swept (experiment, env, method) over the first two swept parameters (one
+    row when a single key was swept); `points`: its overall rows of the Analysis' sweep frame, `names`:
+    the swept parameters' short names. Further swept parameters, if any, are averaged over (the title
+    says so).
     """
     x_name, y_name = names[0], names[1] if len(names) > 1 else None
     grid = points.assign(_one_row=0).pivot_table(
@@ -244,16 +299,19 @@ def sweep_heatmap(points: pd.DataFrame, names: list[str], env: str, method: str)
     ax.set_ylabel(y_name or "")
     figure.colorbar(image, ax=ax, label="overall success (mean over seeds)")
     rest = f", averaged over {', '.join(names[2:])}" if len(names) > 2 else ""
-    title = f"Sweep of {', '.join(names[:2])}: {method_label(method)} on {env_label(env)}{rest}"
-    ax.set_title(title)
-    return Drawing(f"sweep_{env}_{method}.png", title, render(figure))
+    title = f"{experiment}: sweep of {', '.join(names[:2])}, {method_label(method)} on {env_label(env)}{rest}"
+    set_title(ax, title)
+    return Drawing(f"sweep_{experiment}_{env}_{method}.png", title, render(figure), experiment)
 
 
-def lifecycle_timeline(run_dirs: dict[str, Path], experiment: str, env: str) -> Drawing | None:
+def lifecycle_timeline(
+    run_dirs: dict[str, Path], experiment: str, env: str, variants: Sequence[str] = ()
+) -> Drawing | None:
     """One key's precedents over time in each method's stream (`run_dirs`: method -> stream
-    directory), one panel per method; the key is TEPA-Rev's busiest (`busiest_key`)."""
+    directory), one panel per method; the key is the busiest (`busiest_key`) of the first method that
+    has one (TEPA-Rev where it ran)."""
     events = {method: read_lifecycle(d) for method, d in run_dirs.items()}
-    key = busiest_key(events[TEPA_REV]) if TEPA_REV in events else None
+    key = next((k for k in map(busiest_key, events.values()) if k is not None), None)
     if key is None:
         return None
     figure = Figure(figsize=(10, 1.2 + 1.6 * len(run_dirs)), layout="constrained")
@@ -264,24 +322,26 @@ def lifecycle_timeline(run_dirs: dict[str, Path], experiment: str, env: str) -> 
         ax.set_ylabel(method_label(method), fontsize=9)
     axes[-1].set_xlabel("episode t (stream position)")
     seed = TIMELINE_SEED
-    title = f"{experiment} / {env_label(env)}: precedents of key {key} over time (seed {seed}), by state"
+    named = experiment_title(experiment, {experiment: list(variants)})
+    title = f"{named} / {env_label(env)}: precedents of key {key} over time (seed {seed}), by state"
     figure.suptitle(title, fontsize=10)
     figure.legend(handles=legend_handles(), loc="outside right upper", frameon=False, fontsize=9)
-    return Drawing(f"lifecycle_{experiment}.png", title, render(figure))
+    return Drawing(f"lifecycle_{experiment}.png", title, render(figure), experiment)
 
 
-def _timeline_runs(runs: pd.DataFrame, root: Path, experiment: str, env: str) -> dict[str, Path]:
-    """Stream directories of the timeline methods at TIMELINE_SEED, for the methods that have one."""
-    found = {}
-    for method in TIMELINE_METHODS:
-        match = runs[
-            (runs["experiment"] == experiment)
-            & (runs["env"] == env)
-            & (runs["memory"] == method)
-            & (runs["seed"] == TIMELINE_SEED)
-        ]
-        if len(match):
-            found[method] = root / str(match["run"].iloc[0])
+def _timeline_runs(
+    runs: pd.DataFrame, events: pd.DataFrame, root: Path
+) -> dict[tuple[str, str], dict[str, Path]]:
+    """Per setting, the stream directories at TIMELINE_SEED of the methods to draw: TIMELINE_METHODS
+    where all of them logged lifecycle events, else every method that did (in method order)."""
+    logged = set(events.loc[events["event"].isin(LIFECYCLE_EVENTS), "run"]) if len(events) else set()
+    chosen = runs[(runs["seed"] == TIMELINE_SEED) & runs["run"].isin(logged)]
+    found: dict[tuple[str, str], dict[str, Path]] = {}
+    for experiment, env in settings(chosen):
+        of_setting = chosen[(chosen["experiment"] == experiment) & (chosen["env"] == env)]
+        run_of = dict(zip(of_setting["memory"], of_setting["run"], strict=True))
+        methods = TIMELINE_METHODS if set(TIMELINE_METHODS) <= set(run_of) else sorted_methods(run_of)
+        found[(experiment, env)] = {m: root / str(run_of[m]) for m in methods}
     return found
 
 
@@ -291,22 +351,34 @@ def success_jobs(episodes: pd.DataFrame, runs: pd.DataFrame, window: int) -> lis
     questions) has no drift to show over time; a sweep's grid points are drawn as heatmaps instead."""
     phases = phase_orders(episodes)
     swept = set(runs.loc[in_sweep(runs), "run"])
+    variants = experiment_variants(runs[~runs["run"].isin(swept)])
     regular = episodes[~episodes["run"].isin(swept)] if swept else episodes
     jobs: list[Job] = []
     for experiment, env in settings(regular):
         if len(phases[(experiment, env)]) > 1:
             of_setting = (regular["experiment"] == experiment) & (regular["env"] == env)
             rows = regular.loc[of_setting, _SUCCESS_COLUMNS]
-            jobs.append(partial(success_over_time, rows, phases[(experiment, env)], experiment, env, window))
+            named = variants.get(experiment, [])
+            jobs.append(
+                partial(success_over_time, rows, phases[(experiment, env)], experiment, env, window, named)
+            )
     return jobs
 
 
-def timeline_jobs(runs: pd.DataFrame, root: str | Path) -> list[Job]:
-    """The lifecycle timelines (TIMELINES), read from the streams' logs under the run-log `root`."""
-    return [
-        partial(lifecycle_timeline, _timeline_runs(runs, Path(root), experiment, env), experiment, env)
-        for experiment, env in TIMELINES
-    ]
+def timeline_jobs(runs: pd.DataFrame, events: pd.DataFrame, root: str | Path) -> list[Job]:
+    """A lifecycle timeline of every experiment outside the sweeps where a memory logged lifecycle
+    events, in its first such setting (env order), read from the streams' logs under the run-log `root`
+    (`analysis.data.load.RunLogs`' runs and events)."""
+    regular = runs[~in_sweep(runs)]
+    variants = experiment_variants(regular)
+    jobs: list[Job] = []
+    drawn: set[str] = set()
+    for (experiment, env), run_dirs in _timeline_runs(regular, events, Path(root)).items():
+        if experiment not in drawn:
+            drawn.add(experiment)
+            named = variants.get(experiment, [])
+            jobs.append(partial(lifecycle_timeline, run_dirs, experiment, env, named))
+    return jobs
 
 
 def metric_jobs(analysis: Analysis) -> list[Job]:
@@ -314,21 +386,50 @@ def metric_jobs(analysis: Analysis) -> list[Job]:
     mpi = analysis.mpi
     experiments = sorted_experiments(mpi["experiment"]) if len(mpi) else []
     jobs: list[Job] = [
-        partial(mpi_bars, mpi[mpi["experiment"] == experiment], analysis.phases, experiment)
+        partial(
+            mpi_bars,
+            mpi[mpi["experiment"] == experiment],
+            analysis.phases,
+            experiment,
+            analysis.variants.get(experiment, []),
+        )
         for experiment in experiments
     ]
-    if analysis.sweep.empty or not analysis.sweep_params:
-        return jobs
-    names = [p.rsplit(".", 1)[-1] for p in analysis.sweep_params]
-    for env in dict.fromkeys(analysis.sweep["env"]):
-        of_env = analysis.sweep[analysis.sweep["env"] == env]
+    overall = analysis.sweep[analysis.sweep["phase"] == OVERALL] if len(analysis.sweep) else analysis.sweep
+    for experiment, env in settings(overall):
+        params = analysis.sweep_params.get(experiment)
+        if not params:
+            continue
+        names = [p.rsplit(".", 1)[-1] for p in params]
+        of_env = overall[(overall["experiment"] == experiment) & (overall["env"] == env)]
         for method in dict.fromkeys(of_env["memory"]):
-            jobs.append(partial(sweep_heatmap, of_env[of_env["memory"] == method], names, env, method))
+            points = of_env[of_env["memory"] == method]
+            jobs.append(partial(sweep_heatmap, points, names, experiment, env, method))
     return jobs
 
 
-def write_figures(drawings: Iterable[Drawing | None], directory: str | Path) -> list[FigureFile]:
-    """Write the drawings into `directory` in the given order (earlier PNGs no longer made are removed)."""
+#: Figure kinds in report order, by file-name prefix (others follow them).
+FIGURE_KINDS = ("success_over_time_", "mpi_", "sweep_", "lifecycle_")
+
+
+def report_order(figures: Iterable[FigureFile]) -> list[FigureFile]:
+    """Figures in report order: by kind (FIGURE_KINDS), then experiment; in the given order otherwise
+    (so figures kept from earlier runs fall into the place a full analysis gives them)."""
+
+    def kind(figure: FigureFile) -> int:
+        name = figure.path.name
+        return next((i for i, p in enumerate(FIGURE_KINDS) if name.startswith(p)), len(FIGURE_KINDS))
+
+    listed = list(figures)
+    rank = {e: i for i, e in enumerate(sorted_experiments(f.experiment for f in listed))}
+    return sorted(listed, key=lambda f: (kind(f), rank[f.experiment]))
+
+
+def write_figures(
+    drawings: Iterable[Drawing | None], directory: str | Path, removable: Collection[str] | None = None
+) -> list[FigureFile]:
+    """Write the drawings into `directory` in the given order. Earlier PNGs no longer made are removed
+    when `removable` (file names) lists them, or all of them when it is None."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     files = []
@@ -336,8 +437,9 @@ def write_figures(drawings: Iterable[Drawing | None], directory: str | Path) -> 
         if drawing is not None:
             path = directory / drawing.name
             path.write_bytes(drawing.png)
-            files.append(FigureFile(path, drawing.title))
+            files.append(FigureFile(path, drawing.title, drawing.experiment))
     written = {f.path for f in files}
     for stale in sorted(p for p in directory.glob("*.png") if p not in written):
-        stale.unlink()
+        if removable is None or stale.name in removable:
+            stale.unlink()
     return files

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.data.load import SWEEP_EXPERIMENT
-from analysis.metrics import method_label, sorted_experiments, sorted_methods, sweep_method
+from analysis.data.load import SWEEP_EXPERIMENT, experiment_variants, in_sweep
+from analysis.metrics import experiment_title, method_label, sorted_experiments, sorted_methods, sweep_method
 from analysis.report.figures import FigureFile
-from analysis.report.tables import SCORECARD, Table, markdown_table
+from analysis.report.tables import SCORECARD, Table, markdown_table, plain
 
 SIMULATED_BACKEND_NOTE = (
     "**About the backend.** The default LLM backend, `SimulatedBackend` (`llm=simulated`), is a "
@@ -39,9 +39,11 @@ def backend(config: dict[str, object]) -> str:
     return f"{name} ({found['model']})" if found.get("model") else name
 
 
-def _inventory(runs: pd.DataFrame) -> str:
-    """Which experiments, methods, seeds and backends the tables are built from."""
-    rows = []
+def inventory(runs: pd.DataFrame) -> dict[str, list[str]]:
+    """Experiment -> its row of the Runs table: which methods, backends, envs, seeds and runs the tables
+    are built from (the experiment named with its runs' configuration variants)."""
+    rows = {}
+    variants = experiment_variants(runs[~in_sweep(runs)])
     for experiment in sorted_experiments(runs["experiment"]):
         of = runs[runs["experiment"] == experiment]
         labels = of["memory"]
@@ -50,19 +52,26 @@ def _inventory(runs: pd.DataFrame) -> str:
         methods = ", ".join(method_label(m) for m in sorted_methods(labels))
         backends = ", ".join(sorted({backend(c) for c in of["config"]}))
         counts = [str(of["env"].nunique()), str(of["seed"].nunique()), str(len(of))]
-        rows.append([experiment, methods, backends, *counts])
-    return markdown_table(["Experiment", "Methods", "Backend", "Envs", "Seeds", "Runs"], rows, labels=3)
+        rows[experiment] = [experiment_title(experiment, variants), methods, backends, *counts]
+    return rows
+
+
+def _inventory(rows: dict[str, list[str]]) -> str:
+    ordered = [rows[e] for e in sorted_experiments(rows)]
+    return markdown_table(["Experiment", "Methods", "Backend", "Envs", "Seeds", "Runs"], ordered, labels=3)
 
 
 def render_report(
     tables: Sequence[Table],
     figures: Sequence[FigureFile],
-    runs: pd.DataFrame,
+    runs: dict[str, list[str]],
     root: Path,
     *,
     backend_note: str = SIMULATED_BACKEND_NOTE,
+    sections: Sequence[str] = (),
 ) -> str:
-    """The README text; paths of tables and figures are written relative to `root` (results/)."""
+    """The README text; `runs`: the Runs table's rows (`inventory`); paths of tables and figures are
+    written relative to `root` (results/); `sections` (markdown) follow the scorecard."""
     parts = [
         "# Results\n",
         "Regenerate everything on this page from the run logs with `python -m analysis --runs "
@@ -72,16 +81,18 @@ def render_report(
     ]
     first = [t for t in tables if t.name == SCORECARD]
     for table in first:  # what reproduces, before anything else
-        parts += [f"## {table.title}\n", *_table_parts(table)]
-    parts += ["## Runs\n", _inventory(runs), "## Tables\n"]
+        parts += [f"## {plain(table.title)}\n", *_table_parts(table)]
+    parts += [*sections, "## Runs\n", _inventory(runs), "## Tables\n"]
     for table in tables:
         if table.name != SCORECARD:
-            parts += [f"### {table.title}\n", *_table_parts(table)]
+            parts += [f"### {plain(table.title)}\n", *_table_parts(table)]
     if figures:
         parts.append("## Figures\n")
     for figure in figures:
         relative = figure.path.relative_to(root).as_posix()
-        parts += [f"### {figure.title}\n", f"![{figure.title}]({relative})\n"]
+        title = plain(figure.title)
+        alt = title.replace("[", "\\[").replace("]", "\\]")
+        parts += [f"### {title}\n", f"![{alt}]({relative})\n"]
     return "\n".join(parts + _companions(root))
 
 
@@ -89,7 +100,7 @@ def _table_parts(table: Table) -> list[str]:
     base = f"tables/{table.name}"
     return [
         markdown_table(table.columns, table.rows, table.labels),
-        *([table.note + "\n"] if table.note else []),
+        *([plain(table.note) + "\n"] if table.note else []),
         f"Files: [{base}.csv]({base}.csv), [{base}.tex]({base}.tex)\n",
     ]
 
@@ -123,13 +134,15 @@ def _companions(root: Path) -> list[str]:
 def write_report(
     tables: Sequence[Table],
     figures: Sequence[FigureFile],
-    runs: pd.DataFrame,
+    runs: dict[str, list[str]],
     root: str | Path,
     *,
     backend_note: str = SIMULATED_BACKEND_NOTE,
+    sections: Sequence[str] = (),
 ) -> Path:
     """Write `root`/README.md and return its path."""
     root = Path(root)
     path = root / "README.md"
-    path.write_text(render_report(tables, figures, runs, root, backend_note=backend_note), encoding="utf-8")
+    text = render_report(tables, figures, runs, root, backend_note=backend_note, sections=sections)
+    path.write_text(text, encoding="utf-8")
     return path

@@ -8,13 +8,13 @@ nothing depends on time or dict order, so regenerating from the same logs is byt
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from analysis.data.load import SWEEP_EXPERIMENT
 from analysis.metrics import (
     NO_MEMORY,
     ORACLE_RESET,
@@ -22,12 +22,13 @@ from analysis.metrics import (
     TEPA_REV,
     Analysis,
     env_label,
+    experiment_title,
     method_label,
     settings,
     sorted_experiments,
 )
 from analysis.reference import paper, scorecard
-from analysis.stats import EXACT_MAX_PAIRS, N_RESAMPLES
+from analysis.stats import EXACT_MAX_PAIRS, MIN_BOOTSTRAP_SEEDS, MIN_SIGN_FLIP_SEEDS, N_RESAMPLES
 
 SUFFIXES = (".md", ".csv", ".tex")
 SCORECARD = "scorecard"
@@ -46,6 +47,8 @@ class Table:
     labels: int = 2
     note: str = ""
     sources: list[str] = field(default_factory=list)
+    #: The experiment whose runs alone it is computed from ("" when several or none).
+    experiment: str = ""
 
 
 # ----------------------------------------------------------------------------------------- formatting
@@ -61,13 +64,23 @@ def number(x: float, digits: int = 3, *, signed: bool = False) -> str:
     return f"{value:+.{digits}f}" if signed and value != 0 else f"{value:.{digits}f}"
 
 
-def interval(mean: float, low: float, high: float, digits: int = 3, *, signed: bool = False) -> str:
+def interval(
+    mean: float, low: float, high: float, digits: int = 3, *, signed: bool = False, n: int | None = None
+) -> str:
     """Text "mean [low, high]"; just the mean when the interval is undefined (one seed) or a point
-    (all seeds agree), where brackets would only repeat it."""
+    (all seeds agree), where brackets would only repeat it. Given the number of seeds `n`, a mean over
+    fewer than MIN_BOOTSTRAP_SEEDS says so in the cell: its interval is withheld."""
     text = number(mean, digits, signed=signed)
+    if text != MISSING and n is not None and not _missing(n) and int(n) < MIN_BOOTSTRAP_SEEDS:
+        return f"{text} {few_seeds(int(n))}"
     if text == MISSING or math.isnan(low) or math.isnan(high) or low == high:
         return text
     return f"{text} [{number(low, digits)}, {number(high, digits)}]"
+
+
+def few_seeds(n: int) -> str:
+    """The flag of a statistic withheld for its sample size (`analysis.stats.MIN_BOOTSTRAP_SEEDS`)."""
+    return f"(n={n}, no CI)"
 
 
 def pvalue(p: float) -> str:
@@ -89,11 +102,22 @@ def reference(value: paper.PaperNumber | None, digits: int = 3) -> str:
     return ("~" if value.approximate else "") + number(value.value, digits)
 
 
+_BREAKS = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]+")
+_TAG = re.compile(r"<(?=[A-Za-z/!?])")
+
+
+def plain(text: str) -> str:
+    """One line of inert text for markdown: line breaks and control characters become a space and the
+    `<` that would open an HTML tag is escaped, so that no label or phase name read from a log adds
+    lines, markup or HTML to a table or the README."""
+    return _TAG.sub("&lt;", _BREAKS.sub(" ", text))
+
+
 def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]], labels: int) -> str:
     """A GitHub pipe table: label columns left-aligned, value columns right-aligned."""
 
     def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+        return "| " + " | ".join(plain(c).replace("|", "\\|") for c in cells) + " |"
 
     rule = ["---" if i < labels else "--:" for i in range(len(columns))]
     return "\n".join([line(columns), "|" + "|".join(rule) + "|", *(line(r) for r in rows)]) + "\n"
@@ -101,9 +125,9 @@ def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]], labels
 
 def to_markdown(table: Table) -> str:
     """The table with its title and note, as a standalone markdown file."""
-    parts = [f"### {table.title}\n", markdown_table(table.columns, table.rows, table.labels)]
+    parts = [f"### {plain(table.title)}\n", markdown_table(table.columns, table.rows, table.labels)]
     if table.note:
-        parts.append(table.note + "\n")
+        parts.append(plain(table.note) + "\n")
     return "\n".join(parts)
 
 
@@ -124,8 +148,8 @@ _LATEX_ESCAPES = {
 
 
 def latex_escape(text: str) -> str:
-    """Escape LaTeX specials so any label or cell compiles as plain text."""
-    return "".join(_LATEX_ESCAPES.get(ch, ch) for ch in text)
+    """Escape LaTeX specials so any label or cell compiles as plain text (on one line)."""
+    return "".join(_LATEX_ESCAPES.get(ch, ch) for ch in _BREAKS.sub(" ", text))
 
 
 def to_latex(table: Table) -> str:
@@ -149,8 +173,11 @@ def to_latex(table: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_tables(tables: Sequence[Table], directory: str | Path) -> list[Path]:
-    """Write every table as .md, .csv and .tex; earlier outputs of tables no longer made are removed."""
+def write_tables(
+    tables: Sequence[Table], directory: str | Path, removable: Collection[str] | None = None
+) -> list[Path]:
+    """Write every table as .md, .csv and .tex. Earlier outputs of tables no longer made are removed
+    when `removable` (table names) lists them, or all of them when it is None."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     written = []
@@ -161,7 +188,8 @@ def write_tables(tables: Sequence[Table], directory: str | Path) -> list[Path]:
         table.data.to_csv(base.with_suffix(".csv"), index=False, float_format="%.6g", lineterminator="\n")
         written += [base.with_suffix(s) for s in SUFFIXES]
     for stale in sorted(p for p in directory.iterdir() if p.suffix in SUFFIXES and p not in written):
-        stale.unlink()
+        if removable is None or stale.stem in removable:
+            stale.unlink()
     return written
 
 
@@ -206,7 +234,9 @@ def _wide(
             cells = []
             for phase in phases:
                 row = keyed.get((*setting, method, phase))
-                cells.append(MISSING if row is None else interval(row["mean"], row["low"], row["high"]))
+                cells.append(
+                    MISSING if row is None else interval(row["mean"], row["low"], row["high"], n=row["n"])
+                )
             rows.append([env_label(setting[1]), method_label(method), *cells])
     return ["Setting", "Method", *phases], rows
 
@@ -219,7 +249,12 @@ def _seeds_note(frame: pd.DataFrame, intervals: str = "seeds") -> str:
         if intervals == "seeds+episodes"
         else "95% bootstrap CI over seeds"
     )
-    return f"Mean over seeds ({seeds} seeds per cell) [{over}; omitted when all seeds agree]."
+    few = (
+        f" (n=k, no CI): fewer than {MIN_BOOTSTRAP_SEEDS} seeds, too few for a bootstrap interval."
+        if counts and counts[0] < MIN_BOOTSTRAP_SEEDS
+        else ""
+    )
+    return f"Mean over seeds ({seeds} seeds per cell) [{over}; omitted when all seeds agree].{few}"
 
 
 # --------------------------------------------------------------------------------------- paper tables
@@ -238,7 +273,7 @@ def _paper_rows(
         cells = [
             env_label(env),
             method_label(method),
-            interval(row["mean"], row["low"], row["high"]),
+            interval(row["mean"], row["low"], row["high"], n=row["n"]),
             reference(ref),
             number(diff, signed=True) if ref else "",
         ]
@@ -252,7 +287,7 @@ def _paper_rows(
         if with_mpi:
             mpi = mpis.get((method,))
             mpi_ref = paper.lookup(experiment, env, phase, method, "mpi")
-            cells.append("" if mpi is None else interval(mpi["mean"], mpi["low"], mpi["high"]))
+            cells.append("" if mpi is None else interval(mpi["mean"], mpi["low"], mpi["high"], n=mpi["n"]))
             cells.append(reference(mpi_ref, 2))
             nan = float("nan")
             record |= {
@@ -283,9 +318,18 @@ def _paper_table(
     if not rows:
         return None
     frame = pd.DataFrame(data)
+    title = _variant_title(analysis, title, [c[0] for c in cells])
     columns = _PAPER_COLUMNS + (["MPI (ours)", "MPI (paper)"] if with_mpi else [])
     text = " ".join(p for p in (_seeds_note(frame, analysis.intervals), _PAPER_NOTE, note) if p)
     return Table(name, title, columns, rows, frame, note=text)
+
+
+def _variant_title(analysis: Analysis, title: str, experiments: list[str]) -> str:
+    """A paper table's title, naming the configuration variants of its experiments' runs if any."""
+    named = [
+        experiment_title(e, analysis.variants) for e in dict.fromkeys(experiments) if analysis.variants.get(e)
+    ]
+    return f"{title}: {'; '.join(named)}" if named else title
 
 
 def _gain_note(analysis: Analysis, experiment: str, env: str) -> str:
@@ -297,7 +341,7 @@ def _gain_note(analysis: Analysis, experiment: str, env: str) -> str:
     ours = matches.iloc[0]
     return (
         f"{env_label(env)}: TEPA-Rev - Append-Only = "
-        f"{interval(ours['diff'], ours['diff_low'], ours['diff_high'], signed=True)}, "
+        f"{interval(ours['diff'], ours['diff_low'], ours['diff_high'], signed=True, n=ours['n'])}, "
         f"exact sign-flip {_p_is(ours['p'])} (Holm {pvalue(ours['p_holm'])}), "
         f"paired bootstrap {_p_is(ours['p_boot'])} (Holm {pvalue(ours['p_boot_holm'])}), "
         f"n = {int(ours['n'])} seeds; paper {reference(ref, 2)}, {ref.note}."
@@ -348,7 +392,9 @@ def _mab_table(analysis: Analysis) -> Table | None:
             f"Rows marked [published] are other systems as published in {paper.MAB_PAPER}, for context.",
         )
     )
-    title = "MemoryAgentBench FactConsolidation, per source: ours vs the paper"
+    title = _variant_title(
+        analysis, "MemoryAgentBench FactConsolidation, per source: ours vs the paper", [experiment]
+    )
     return Table("paper_memoryagentbench", title, _PAPER_COLUMNS, rows, frame, note=note)
 
 
@@ -399,26 +445,62 @@ def scorecard_table(analysis: Analysis) -> Table:
             ours = (
                 MISSING
                 if _missing(r.get("ours"))
-                else interval(r["ours"], r["low"], r["high"], signed=signed)
+                else interval(r["ours"], r["low"], r["high"], signed=signed, n=r.get("n"))
             )
             theirs = ("~" if r["paper_approximate"] else "") + number(r["paper"], digits, signed=signed)
         why = r["reason"] + (f" ([evidence]({r['evidence']}))" if r["evidence"] else "")
-        rows.append([env_label(r["env"]), r["phase"], scorecard.describe(r), r["verdict"], ours, theirs, why])
+        cells = [env_label(r["env"]), r["phase"], scorecard.describe(r), r["verdict"], ours, theirs]
+        rows.append([*cells, _memory_figures(r), why])
     verdicts = data["verdict"].value_counts()
-    counts = ", ".join(f"{int(verdicts.get(v, 0))} {v}" for v in scorecard.VERDICTS)
+    shown = [v for v in scorecard.VERDICTS if v != scorecard.VARIANT or verdicts.get(v, 0)]
+    counts = ", ".join(f"{int(verdicts.get(v, 0))} {v}" for v in shown)
+    variant = (
+        " Variant: our runs of the cell are not the paper experiment's configuration (the keys that "
+        f"differ are named) or have fewer than {MIN_BOOTSTRAP_SEEDS} seeds; they are not graded."
+        if verdicts.get(scorecard.VARIANT, 0)
+        else ""
+    )
     note = (
         f"{len(data)} rows: {counts}. Reproduced: the paper's value inside our 95% interval or within "
         f"{scorecard.TOLERANCE:g} of our mean; direction only: the same sign (MPI, differences) and the "
         "same ordering against the other methods the paper reports in the cell (success); a p-value "
-        "claim is reproduced when both our exact sign-flip and paired bootstrap p meet it. Intervals "
-        "as in the tables below; the same scorecard is in tables/scorecard.csv."
+        "claim is reproduced when both our exact sign-flip and paired bootstrap p meet it."
+        f"{variant} Intervals as in the tables below; the same scorecard is in tables/scorecard.csv."
     )
-    columns = ["Setting", "Phase", "Number", "Verdict", "Ours [95% CI]", "Paper", "Why not (evidence)"]
+    note += (
+        " Memory: the method's stale share of retrieved lines and pollution index in the same cell, "
+        "from the logged evidence alone (no reader; see the memory-quality section)."
+    )
+    columns = [
+        "Setting",
+        "Phase",
+        "Number",
+        "Verdict",
+        "Ours [95% CI]",
+        "Paper",
+        "Memory",
+        "Why not (evidence)",
+    ]
     return Table(SCORECARD, "Reproduction scorecard", columns, rows, data, labels=4, note=note)
+
+
+def _memory_figures(record: dict) -> str:
+    """The memory-level figures beside a success row of the scorecard ("" for other rows)."""
+    if record["metric"] != "success":
+        return ""
+    share, pollution = record.get("stale_share"), record.get("pollution")
+    if _missing(share) and _missing(pollution):
+        return MISSING
+    return f"stale {number(share, 2)}, pollution {number(pollution, 2)}"
 
 
 def _missing(x: object) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def _supported(n: int, text: str) -> str:
+    """`text`, or the reason it is withheld: a bootstrap p or d_z over fewer than MIN_BOOTSTRAP_SEEDS."""
+    return text if int(n) >= MIN_BOOTSTRAP_SEEDS else f"{MISSING} (n={int(n)} < {MIN_BOOTSTRAP_SEEDS})"
 
 
 # ---------------------------------------------------------------------------------- per experiment
@@ -432,7 +514,7 @@ def success_table(analysis: Analysis, experiment: str) -> Table | None:
     columns, rows = _wide(analysis, analysis.success, experiment)
     return Table(
         f"success_{experiment}",
-        f"{experiment}: success per phase",
+        f"{experiment_title(experiment, analysis.variants)}: success per phase",
         columns,
         rows,
         data.reset_index(drop=True),
@@ -452,7 +534,7 @@ def mpi_table(analysis: Analysis, experiment: str) -> Table | None:
     )
     return Table(
         f"mpi_{experiment}",
-        f"{experiment}: memory pollution index (MPI) per phase",
+        f"{experiment_title(experiment, analysis.variants)}: memory pollution index (MPI) per phase",
         columns,
         rows,
         data.reset_index(drop=True),
@@ -474,12 +556,11 @@ def paired_table(analysis: Analysis, experiment: str) -> Table | None:
                 r["phase"],
                 f"{method_label(r['memory'])} - {method_label(r['other'])}",
                 str(int(r["n"])),
-                interval(r["diff"], r["diff_low"], r["diff_high"], signed=True),
+                interval(r["diff"], r["diff_low"], r["diff_high"], signed=True, n=r["n"]),
                 pvalue(r["p"]),
                 pvalue(r["p_holm"]),
-                pvalue(r["p_boot"]),
-                pvalue(r["p_boot_holm"]),
-                number(r["d_z"], 2),
+                *(_supported(r["n"], text) for text in (pvalue(r["p_boot"]), pvalue(r["p_boot_holm"]))),
+                _supported(r["n"], number(r["d_z"], 2)),
                 f"{reference(ref, 2)}, {ref.note}" if ref else "",
             ]
         )
@@ -499,14 +580,17 @@ def paired_table(analysis: Analysis, experiment: str) -> Table | None:
     note = (
         "Paired on matched seeds: mean success difference with paired bootstrap CI; two two-sided tests "
         f"of a zero mean difference: the sign-flip permutation p (exact up to {EXACT_MAX_PAIRS} seeds, "
-        "smallest p 2 / 2^n: with fewer than 6 seeds p < 0.05 is impossible) and the paired bootstrap p "
-        f"(the seeds' differences centred on 0 to impose the null, {N_RESAMPLES} resamples, p = (1 + hits) "
-        f"/ ({N_RESAMPLES} + 1), smallest {pvalue(1 / (N_RESAMPLES + 1))}); Holm correction of each "
-        "across the comparisons of a setting and phase; Cohen's d_z."
+        f"smallest p 2 / 2^n: with fewer than {MIN_SIGN_FLIP_SEEDS} seeds p < 0.05 is impossible) and the "
+        f"paired bootstrap p (the seeds' differences centred on 0 to impose the null, {N_RESAMPLES} "
+        f"resamples, p = (1 + hits) / ({N_RESAMPLES} + 1), smallest {pvalue(1 / (N_RESAMPLES + 1))}); Holm "
+        "correction of each across the comparisons of a setting and phase; Cohen's d_z. With fewer than "
+        f"{MIN_BOOTSTRAP_SEEDS} seeds the bootstrap interval and p and d_z are withheld (n/a): n seeds give "
+        "only C(2n-1, n) distinct resamples, and the bootstrap p would fall below what an exact test on n "
+        "seeds can reach."
     )
     return Table(
         f"paired_{experiment}",
-        f"{experiment}: paired tests, TEPA-Rev vs each method",
+        f"{experiment_title(experiment, analysis.variants)}: paired tests, TEPA-Rev vs each method",
         columns,
         rows,
         data.reset_index(drop=True),
@@ -525,11 +609,11 @@ def adaptation_table(analysis: Analysis, experiment: str) -> Table | None:
             env_label(r["env"]),
             r["phase"],
             method_label(r["memory"]),
-            interval(r["mean"], r["low"], r["high"], 1),
+            interval(r["mean"], r["low"], r["high"], 1, n=r["n"]),
             f"{int(r['n_recovered'])}/{int(r['n_runs'])}",
             ""
             if r["memory"] == ORACLE_RESET
-            else interval(r["diff_mean"], r["diff_low"], r["diff_high"], 1, signed=True),
+            else interval(r["diff_mean"], r["diff_low"], r["diff_high"], 1, signed=True, n=r["diff_n"]),
         ]
         for _, r in data.iterrows()
     ]
@@ -544,7 +628,7 @@ def adaptation_table(analysis: Analysis, experiment: str) -> Table | None:
     )
     return Table(
         f"adaptation_{experiment}",
-        f"{experiment}: adaptation after phase boundaries",
+        f"{experiment_title(experiment, analysis.variants)}: adaptation after phase boundaries",
         columns,
         rows,
         data.reset_index(drop=True),
@@ -576,7 +660,9 @@ def cost_table(analysis: Analysis, experiment: str) -> Table | None:
             cells = []
             for metric, _, digits in _COSTS:
                 r = keyed.get((setting[1], method, metric))
-                cells.append(MISSING if r is None else interval(r["mean"], r["low"], r["high"], digits))
+                cells.append(
+                    MISSING if r is None else interval(r["mean"], r["low"], r["high"], digits, n=r["n"])
+                )
             rows.append([env_label(setting[1]), method_label(method), *cells])
     columns = ["Setting", "Method", *(label for _, label, _ in _COSTS)]
     note = (
@@ -586,7 +672,7 @@ def cost_table(analysis: Analysis, experiment: str) -> Table | None:
     )
     return Table(
         f"cost_{experiment}",
-        f"{experiment}: prompt size, lifecycle and trial cost",
+        f"{experiment_title(experiment, analysis.variants)}: prompt size, lifecycle and trial cost",
         columns,
         rows,
         data.reset_index(drop=True),
@@ -594,30 +680,38 @@ def cost_table(analysis: Analysis, experiment: str) -> Table | None:
     )
 
 
-def sweep_table(analysis: Analysis) -> Table | None:
-    """Overall success of every configuration of the sweeps (one column per swept key)."""
-    if analysis.sweep.empty:
+def sweep_table(analysis: Analysis, experiment: str) -> Table | None:
+    """Success per phase (and overall) of every swept configuration of one experiment (a column per
+    swept key)."""
+    data = _of(analysis.sweep, experiment=experiment)
+    if data.empty:
         return None
-    names = [p.rsplit(".", 1)[-1] for p in analysis.sweep_params]
-    rows = [
-        [
-            env_label(r["env"]),
-            method_label(r["memory"]),
-            *(f"{r[n]:g}" for n in names),
-            interval(r["mean"], r["low"], r["high"]),
-            str(int(r["n"])),
-        ]
-        for _, r in analysis.sweep.iterrows()
-    ]
-    columns = ["Setting", "Method", *names, "Success (overall)", "n"]
+    names = [p.rsplit(".", 1)[-1] for p in analysis.sweep_params.get(experiment, [])]
+    pairs = [s for s in settings(data) if s[0] == experiment]
+    phases = _phase_columns(analysis, experiment, pairs)
+    keyed = _keyed(data, "env", "memory", *names, "phase")
+    rows = []
+    points = data.drop_duplicates(["env", "memory", *names])
+    for r in points.to_dict("records"):
+        cells, counts = [], set()
+        for phase in phases:
+            cell = keyed.get((r["env"], r["memory"], *(r[n] for n in names), phase))
+            cells.append(
+                MISSING if cell is None else interval(cell["mean"], cell["low"], cell["high"], n=cell["n"])
+            )
+            counts |= {int(cell["n"])} if cell is not None else set()
+        point = [f"{r[n]:g}" for n in names]
+        seeds = "/".join(str(c) for c in sorted(counts))
+        rows.append([env_label(r["env"]), method_label(r["memory"]), *point, *cells, seeds])
+    columns = ["Setting", "Method", *names, *phases, "n"]
     return Table(
-        SWEEP_EXPERIMENT,
-        "Sweeps: overall success per configuration",
+        f"sweep_{experiment}",
+        f"{experiment}: success per phase of every swept configuration",
         columns,
         rows,
-        analysis.sweep,
+        data.reset_index(drop=True),
         labels=2 + len(names),
-        note=_seeds_note(analysis.sweep),
+        note=_seeds_note(data, analysis.intervals),
     )
 
 
@@ -625,14 +719,13 @@ def build_tables(analysis: Analysis) -> list[Table]:
     """Every table, in report order: the scorecard, paper tables, per-experiment tables, the sweep, the
     references."""
     tables = [scorecard_table(analysis), *paper_tables(analysis)]
-    experiments = sorted_experiments(analysis.per_seed["experiment"]) if len(analysis.per_seed) else []
+    experiments = sorted_experiments(analysis.success["experiment"]) if len(analysis.success) else []
     for experiment in experiments:
         for make in (success_table, mpi_table, paired_table, adaptation_table, cost_table):
             table = make(analysis, experiment)
             if table is not None:
                 tables.append(table)
-    sweep = sweep_table(analysis)
-    if sweep is not None:
-        tables.append(sweep)
+    swept = sorted_experiments(analysis.sweep["experiment"]) if len(analysis.sweep) else []
+    tables += [t for t in (sweep_table(analysis, e) for e in swept) if t is not None]
     tables.append(reference_table())
     return tables

@@ -196,7 +196,7 @@ def _prepare(stream: Stream) -> _Prepared:
 
 def _run_row(i: int, item: _Prepared) -> dict[str, Any]:
     s = item.stream
-    return {"id": i, "run": s.run, **s.labels, "variant": s.variant, "verified": s.verified} | {
+    return {"id": i, "run": s.run, **s.labels, "variant": s.variant} | {
         "n": len(item.row_costs),
         "shown": len(item.row_costs),
         "success": item.success,

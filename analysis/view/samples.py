@@ -12,7 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-SAMPLE_COLUMNS = ("options", "evidence", "truth", "prompt")
+from analysis.memory_quality import is_stale
+from analysis.record import SAMPLE
+
+SAMPLE_COLUMNS = SAMPLE  # the columns and their order: analysis.record
 VERDICTS = ("VALID", "FAILED")
 
 
@@ -69,9 +72,9 @@ def decode(column: str, text: object) -> tuple[list[Any] | None, bool]:
 def stale_lines(evidence: list[list[list[Any]]], truth: list[str | None]) -> list[list[bool | None]]:
     """Per hop and line: True when the line is stale, False when current, None when the hop's truth is
     unknown (null, or no entry). A line is current when its verdict agrees with the truth of its hop
-    (VALID and value == truth, or FAILED and value != truth). One small function, the one rule."""
+    (`analysis.memory_quality.is_stale`)."""
     flags: list[list[bool | None]] = []
     for i, hop in enumerate(evidence):
         now = truth[i] if i < len(truth) else None
-        flags.append([None if now is None else (line[1] == "VALID") != (line[2] == now) for line in hop])
+        flags.append([None if now is None else is_stale(line[1], line[2], now) for line in hop])
     return flags

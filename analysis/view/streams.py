@@ -1,7 +1,7 @@
 """The streams a view shows, read and verified as the analysis reads them, and the ones it cannot show.
 
 A stream is shown only if it is complete, its files match the checksums its meta.json records
-(`analysis.data.integrity.verify`) and its episode columns pass the analysis' checks
+(`analysis.data.logformat.verify`) and its episode columns pass the analysis' checks
 (`analysis.data.load.read_episodes`); any other stream under the root is listed as skipped with the
 reason, so that a tampered or half-written stream never looks valid.
 """
@@ -15,8 +15,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.data import integrity
-from analysis.data.load import LABELS, _labels, find_runs, read_episodes, read_meta
+from analysis.data import logformat
+from analysis.data.load import LABELS, _labels, find_runs, read_episodes
 from analysis.report.timeline import read_lifecycle, read_phases
 from analysis.view.samples import SAMPLE_COLUMNS
 
@@ -37,7 +37,6 @@ class Stream:
     path: Path
     labels: dict[str, object]
     variant: str
-    verified: bool
     episodes: dict[str, list]
     events: pd.DataFrame
     phases: list[tuple[str, int]]
@@ -59,18 +58,16 @@ def _name(root: Path, run_dir: Path) -> str:
 def read_stream(root: Path, run_dir: Path) -> Stream | Skipped:
     """One stream directory (under `root`) read and checked, or why it cannot be shown."""
     name = _name(root, run_dir)
-    meta = read_meta(run_dir)
-    verified = "files" in meta  # runs written before checksums were recorded are read unverified
-    if verified:
-        problem = integrity.verify(run_dir, meta)
-        if problem is not None:
-            return Skipped(name, problem)
+    meta = logformat.read_meta(run_dir) or {}
+    problem = logformat.verify(run_dir, meta)  # as the analysis: no checksums, no trust
+    if problem is not None:
+        return Skipped(name, problem)
     try:
-        checked = read_episodes(run_dir)
+        checked, _ = read_episodes(run_dir)
         if checked.num_rows == 0:
             return Skipped(name, "no episodes")
         labels = _labels(checked, name)
-        path = run_dir / integrity.EPISODES
+        path = run_dir / logformat.EPISODES
         present = pq.ParquetFile(path).schema_arrow.names
         columns = [c for c in (*SHOWN_COLUMNS, *SAMPLE_COLUMNS) if c in present]
         episodes = pq.read_table(path, columns=columns).sort_by("t").to_pydict()
@@ -80,7 +77,7 @@ def read_stream(root: Path, run_dir: Path) -> Stream | Skipped:
         reason = str(exc).splitlines()[0] if str(exc) else repr(exc)
         return Skipped(name, reason)
     variant = str(meta.get("variant") or "")
-    return Stream(name, run_dir, labels, variant, verified, episodes, events, phases, end)
+    return Stream(name, run_dir, labels, variant, episodes, events, phases, end)
 
 
 def find_streams(root: str | Path) -> tuple[list[Path], list[Skipped]]:
@@ -90,10 +87,10 @@ def find_streams(root: str | Path) -> tuple[list[Path], list[Skipped]]:
     if not root.is_dir():
         raise ValueError(f"{root}: not a directory")
     found = sorted(
-        p.parent for p in root.rglob(integrity.META) if not integrity.is_aside(p.parent.relative_to(root))
+        p.parent for p in root.rglob(logformat.META) if not logformat.is_aside(p.parent.relative_to(root))
     )
     if not found:
-        raise ValueError(f"{root}: no stream logs under it (no {integrity.META})")
+        raise ValueError(f"{root}: no stream logs under it (no {logformat.META})")
     complete = set(find_runs(root))
     incomplete = "incomplete (meta.json does not mark it complete)"
     skipped = [Skipped(_name(root, d), incomplete) for d in found if d not in complete]

@@ -52,7 +52,7 @@ import os
 import random
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from numbers import Real
 from pathlib import Path
@@ -251,6 +251,17 @@ class ExecutableDrift(EnvironmentBase):
             return self._undisturbed(sandbox, lambda: self._run_trial(sandbox, job, argv, kind, other, u))
         finally:
             sandbox.sweep(self._layout, SANDBOX_BUDGET)
+
+    def truth(self, key: Hashable) -> str | None:
+        """The invocation that does job `key` under the tools' versions at the latest task (what that
+        task's `correct` holds; None: not a job)."""
+        self._require_reset()
+        job = _lookup(self._jobs, key)
+        return (
+            None
+            if job is None
+            else job.tool.invocation(job.subject, self._regime_at(self._now)[job.tool.name])
+        )
 
     def _run_trial(
         self, sandbox: Sandbox, job: Job, argv: list[str], kind: str, other_job: Job | None, u: float | None

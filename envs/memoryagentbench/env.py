@@ -207,6 +207,14 @@ class MemoryAgentBench(EnvironmentBase):
             return self._newest(precedent.key) == precedent.value
         return self._counterfactual(precedent)
 
+    def truth(self, key: Hashable) -> str | None:
+        """The newest fact's object for a (subject, relation) key among the facts shown so far (at a
+        question: all of them); None when no fact has that key (an unparsed question's key, say)."""
+        try:
+            return self._newest(key)
+        except TypeError:  # an unhashable key has no fact
+            return None
+
     def _counterfactual(self, precedent: Any) -> bool:
         """Another shown key of the precedent's relation, drawn by the seeded stream, must not have the
         precedent's value as its newest value."""

@@ -2,7 +2,10 @@
 
 retrieve -> render -> backend -> parse -> execute -> observe / feedback -> one record per episode.
 A multi-hop question (`Task.multi_hop`) is answered hop by hop: each hop retrieves by (entity, relation),
-asks the model, and the answer becomes the next hop's entity.
+asks the model, and the answer becomes the next hop's entity. Each record keeps what the prompt held
+(`runners.agent.sample`): the options, every hop's retrieved lines, the truth an environment that
+reports it (`envs.base.TruthEnvironment`) gives for every hop's key before the action is executed, and,
+with `log_prompts`, the messages sent.
 
 While streams run, the garbage collector leaves alone what existed before (`_QuietCollector`).
 
@@ -22,14 +25,15 @@ import functools
 import gc
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from analysis.record import COUNTERS, STATE_COUNTS, TYPES, EpisodeRecord
-from envs.base import Environment, Task
+from envs.base import Environment, Task, TruthEnvironment
 from runners.agent.parse import parse_choice, parse_free
 from runners.agent.prompt import labels_for, render
+from runners.agent.sample import evidence_json, options_json, prompt_json, truth_json
 from runners.llm.backend import Backend, Reply, Request
 from tepa.evidence import Evidence, Query
 from tepa.protocol import EventMemory, Memory, TrialMemory
@@ -169,10 +173,15 @@ def _act(task: Task, reply: Reply) -> tuple[str, bool]:
 
 @dataclass
 class _Decision:
+    """What deciding one task took: the action, all retrieved evidence, the replies, and per hop its
+    key and its evidence (one hop unless the task is multi-hop)."""
+
     action: str = ""
     parse_ok: bool = False
     evidence: list[Evidence] = field(default_factory=list)
     replies: list[Reply] = field(default_factory=list)
+    keys: list[Hashable | None] = field(default_factory=list)
+    hops: list[list[Evidence]] = field(default_factory=list)
 
 
 def _capped(evidence: list[Evidence], cap: int | None) -> list[Evidence]:
@@ -190,6 +199,8 @@ async def _decide(
     chain = task.multi_hop
     if chain is None:
         d.evidence = _capped(memory.retrieve(Query(key=task.key, text=task.text, t=task.t)), cap)
+        d.keys.append(task.key)
+        d.hops.append(d.evidence)
         reply = await ask(task, d.evidence)
         d.replies.append(reply)
         d.action, d.parse_ok = _act(task, reply)
@@ -201,6 +212,8 @@ async def _decide(
         sub = Task(key=key, text=text, phase=task.phase, t=task.t, instructions=task.instructions)
         evidence = _capped(memory.retrieve(Query(key=key, text=sub.text, t=sub.t)), cap)
         d.evidence.extend(evidence)
+        d.keys.append(key)
+        d.hops.append(evidence)
         reply = await ask(sub, evidence)
         d.replies.append(reply)
         entity, d.parse_ok = _act(sub, reply)
@@ -222,25 +235,34 @@ async def run_stream(
     on_episode: Callable[[dict[str, Any], list[dict[str, Any]]], None] | None = None,
     progress: Any = None,
     max_episodes: int | None = None,  # stop after that many episodes (None: the whole stream)
+    log_prompts: bool = False,
     max_evidence: int | None = None,  # show at most that many retrieved items per prompt (None: all)
 ) -> StreamResult:
     """Run one (environment, memory, seed) stream to the end and return its episode records and
     lifecycle events. `on_episode(record, events)` sees each new (not replayed) episode as it ends, so
-    the caller can log it for resume; see the module docstring for `replay`."""
+    the caller can log it for resume; see the module docstring for `replay`. `log_prompts` keeps every
+    prompt's messages in the record (replayed episodes too: replay renders the same prompts)."""
     env.reset(seed)
     if isinstance(memory, TrialMemory):
         memory.set_trial(env.trial)
     boundaries = dict(env.phase_boundaries)
     drain = memory.drain_events if isinstance(memory, EventMemory) else None
+    truth = env.truth if isinstance(env, TruthEnvironment) else None
+    sent: list[tuple[dict[str, str], ...]] = []  # the current episode's prompts, with log_prompts
     result = StreamResult()
     pending: list[dict[str, Any]] = []  # events of ingest steps, logged with the next episode
     logged: Iterator[Reply] | None = None  # the current episode's logged replies, when it is replayed
 
     async def ask(t: Task, evidence: list[Evidence]) -> Reply:
+        if logged is not None and not log_prompts:
+            return next(logged)
+        messages = render(t, evidence)
+        if log_prompts:
+            sent.append(messages)
         if logged is not None:
             return next(logged)
         return await backend.complete(
-            Request(messages=render(t, evidence), seed=seed, labels=labels_for(t), options=t.options)
+            Request(messages=messages, seed=seed, labels=labels_for(t), options=t.options)
         )
 
     next_yield = time.monotonic() + YIELD_EVERY_S
@@ -258,7 +280,10 @@ async def run_stream(
             continue
         i = len(result.records)
         logged = _logged_replies(replay[i]) if i < len(replay) else None
+        sent.clear()
         d = await _decide(task, memory, ask, max_evidence)
+        truths = [truth(key) for key in d.keys] if truth is not None else None
+        held = evidence_json(d.hops)  # now: acting may change what a memory's own lists hold
         outcome = env.execute(task, d.action)
         for obs in outcome.observations:
             memory.observe(obs)
@@ -287,6 +312,10 @@ async def run_stream(
             truncated=any(r.truncated for r in hops) if hops else bool(last.truncated),
             latency=sum(r.latency for r in hops) if hops else last.latency,
             **{name: int(snap.get(name, 0)) for name in (*STATE_COUNTS, *COUNTERS)},
+            options=options_json(tuple(task.options)),
+            evidence=held,
+            truth=truth_json(truths),
+            prompt=prompt_json(sent) if log_prompts else "",
         ).row(labels)
         if i < len(replay) and (replay[i]["t"], replay[i]["action"]) != (rec["t"], rec["action"]):
             raise ReplayMismatch(

@@ -21,11 +21,10 @@ from typing import Any
 import pyarrow.parquet as pq
 from omegaconf import OmegaConf
 
-from analysis.data.integrity import read_meta, verify
+from analysis.data.logformat import EPISODES, META, read_meta, verify
 from runners.agent.loop import _logged_replies, run_stream
 from runners.config import ConfigError, validate
 from runners.llm.backend import Reply, Request
-from runners.runlog import EPISODES, META
 
 
 class ReplayRefused(ValueError):

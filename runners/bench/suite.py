@@ -11,7 +11,8 @@ memory-operation benchmark counts CPU time, not wall time. Four benchmarks and o
 4. scaling: the cost of an episode after a stream 1x, 10x and 100x as long, and its log-log slope;
 plus the wall time of `make reproduce` (its experiments side by side, then the analysis, into a temporary
 results_dir) and, in the same run, the time to verify every stream it wrote against its checksums (what a
-rerun does before it skips a stream, and the analysis before it reads one), as a fraction of that wall time.
+rerun does before it skips a stream, and the analysis before it reads one), as a fraction of that wall time,
+and the size of the run tree it wrote (bytes of results/runs, as `du -sb` counts them).
 
 Writes the JSON (`--out`) and a markdown report beside it (`bench.md`) with every figure against its
 target.
@@ -34,11 +35,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from analysis.data.integrity import META, read_meta, verify
-from runners import reproduce
+from analysis.data.logformat import META, read_meta, verify
 from runners.bench import agent as bench_agent
 from runners.bench import memory as bench_memory
 from runners.bench.map_timing import MAP_BUDGET_S, time_map
+from runners.launch import reproduce
 from runners.registry import build_memory
 from runners.run import PROJECT_ROOT
 
@@ -58,6 +59,9 @@ QUICK_ENV_OVERRIDES = {
 # Reactive Forgetting clears a key only on feedback, which the scaling warm-up (ingested history) does not
 # give, so at scale it would be measured as Append-Only; it is left out rather than misreported.
 SCALING_MEMORIES = tuple(m for m in bench_agent.PAPER_MEMORIES if m != "reactive")
+#: Bytes of results/runs after `make reproduce` (MemoryAgentBench included) before episodes logged what
+#: their prompts held (options, evidence, truth): the budget for the run tree is 1.5 times this.
+RUN_TREE_BEFORE_SAMPLES_BYTES = 383_128_349
 FLAT_SLOPE = 0.2  # "flat": cost grows less than 100**0.2 = 2.5x over a 100x longer stream
 GROWING_SLOPE = 0.5
 
@@ -190,7 +194,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = lambda msg: None)
 
 def reproduce_commands(results_dir: str) -> tuple[list[reproduce.Step], list[str]]:
     """The Makefile's `reproduce` recipe with this interpreter and another results_dir: the experiments
-    (`runners.reproduce`, run side by side) and then the analysis' command."""
+    (`runners.launch.reproduce`, run side by side) and then the analysis' command."""
     analysis = [
         sys.executable,
         "-m",
@@ -231,6 +235,7 @@ def time_reproduce(keep: Path | None = None) -> dict[str, Any]:
             return {"steps_s": steps, "failed": f"analysis: exit {done.returncode}: {' / '.join(tail)}"}
         cpu = round(_children_cpu() - cpu_start, 1)
         verification = time_verification(Path(tmp) / "runs")
+        tree = tree_bytes(Path(tmp) / "runs")
     verification["fraction_of_reproduce"] = round(verification["seconds"] / wall, 4) if wall else None
     return {
         "steps_s": steps,
@@ -238,7 +243,14 @@ def time_reproduce(keep: Path | None = None) -> dict[str, Any]:
         "wall_s": wall,
         "cpu_s": cpu,
         "verification": verification,
+        "run_tree_bytes": tree,
     }
+
+
+def tree_bytes(root: Path) -> int:
+    """The apparent size of everything under `root`, directories included (what `du -sb` reports; 0
+    when nothing was written)."""
+    return sum(p.lstat().st_size for p in (root, *root.rglob("*"))) if root.is_dir() else 0
 
 
 def _children_cpu() -> float:
@@ -248,7 +260,7 @@ def _children_cpu() -> float:
 
 
 def time_verification(runs: Path) -> dict[str, Any]:
-    """Time `analysis.data.integrity.verify` over every complete stream under `runs` (each file read and
+    """Time `analysis.data.logformat.verify` over every complete stream under `runs` (each file read and
     hashed once, as a rerun or the analysis does); raises if any stream fails."""
     start = time.perf_counter()
     streams, size = 0, 0
@@ -266,6 +278,12 @@ def time_verification(runs: Path) -> dict[str, Any]:
         "megabytes": round(size / 1e6, 1),
         "seconds": round(time.perf_counter() - start, 2),
     }
+
+
+def _tree_ratio(rep: dict[str, Any]) -> float | None:
+    """The run tree's size relative to RUN_TREE_BEFORE_SAMPLES_BYTES."""
+    size = rep.get("run_tree_bytes")
+    return None if size is None else round(size / RUN_TREE_BEFORE_SAMPLES_BYTES, 3)
 
 
 def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -288,6 +306,7 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         row("prompt tokens: TEPA-Rev / Append-Only", tokens["tepa_rev"] / tokens["append_only"], "<=", 0.1),
         row("make reproduce: wall seconds", rep.get("wall_s"), "<=", 150),
         row("make map: wall seconds", report.get("map", {}).get("wall_s"), "<=", MAP_BUDGET_S),
+        row("make reproduce: run tree / before the logged samples", _tree_ratio(rep), "<=", 1.5),
         row(
             "verifying every stream / make reproduce wall time",
             rep.get("verification", {}).get("fraction_of_reproduce"),
@@ -407,6 +426,12 @@ def render_markdown(report: dict[str, Any]) -> str:
                 f"Verifying the checksums of all {v['streams']} streams it wrote ({v['megabytes']:g} MB; "
                 "what a rerun does before skipping them and the analysis before reading them): "
                 f"{v['seconds']:g} s, {100 * v['fraction_of_reproduce']:.1f}% of its wall time.",
+            ]
+        if rep.get("run_tree_bytes") is not None:
+            out += [
+                "",
+                f"The run tree it wrote: {rep['run_tree_bytes']:,} bytes ({_tree_ratio(rep):g} x its size "
+                f"before episodes logged their samples, {RUN_TREE_BEFORE_SAMPLES_BYTES:,} bytes).",
             ]
 
     sc = report["scaling"]

@@ -42,7 +42,7 @@ class BackendExhausted(RuntimeError):
 class Backend(Protocol):
     """A model. `operational` names the constructor parameters that change how calls are made (timeouts,
     retries, a cache file, a budget) but never what the model answers: a rerun that changes only these
-    continues the same streams (`runners.identity`), so a new backend declares its own."""
+    continues the same streams (`runners.store.identity`), so a new backend declares its own."""
 
     name: str
     operational: ClassVar[frozenset[str]]

@@ -1,10 +1,10 @@
-"""The experiments of `make reproduce`, side by side: `python -m runners.reproduce [--results-dir DIR]`.
+"""The experiments of `make reproduce`, side by side (`python -m runners.launch.reproduce`).
 
 Every paper experiment on the offline simulated backend, each a Hydra sweep through the joblib launcher
 (two jobs at a time). The experiments share nothing but the results folder, so they run at the same
 time: one after another, each one's start-up and the end of its sweep, where its last and longest job
 runs alone, left one of the two cores idle for about a fifth of the time; side by side, the others
-fill it. Their jobs share CPU slots, one per core, each job on its slot's core (`runners.slots`,
+fill it. Their jobs share CPU slots, one per core, each job on its slot's core (`runners.launch.slots`,
 `--slots`): eight jobs switching on two cores cost about a sixth more CPU than two at a time. The
 longest experiment's jobs go first, the others fill the gaps. MemoryAgentBench runs only when its data
 is there (`python -m envs.memoryagentbench.data` says why not).
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
-from runners import slots as job_slots
+from runners.launch import slots as job_slots
 
 #: The experiments, longest first (all start at once; the order only decides whose output comes first).
 EXPERIMENTS = ("paper_executable", "paper_memoryagentbench", "paper_controlled", "paper_preference")
@@ -150,7 +150,9 @@ def _pass_on(running: dict[str, tuple[subprocess.Popen[bytes], IO[bytes]]], sign
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m runners.reproduce", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m runners.launch.reproduce", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--results-dir", default="results", help="the results folder (default: results)")
     parser.add_argument(
         "--slots",

@@ -1,28 +1,29 @@
-"""The on-disk log of one stream (experiment x env x memory x seed), and how it resumes.
+"""The writer of one stream's log (experiment x env x memory x seed): one process at a time, batched
+partial log, resume, and the final files. What the files are and how they are encoded and verified is
+`analysis.data.logformat`, shared with the analysis.
 
-A stream directory `results/runs/<experiment>/<env>/<memory>/seed=<n>/` holds, once complete:
-- `episodes.parquet`: one row per decision episode. Deterministic: the same config and seed give a
-  byte-identical file (no wall-clock columns; latency is the backend's, 0 for the simulated one);
-- `archive.jsonl`: the lifecycle events (promotions, revocations, re-promotions, trials);
-- `meta.json`: the stream's identity (the whole configuration that decides its episodes, and the
-  fingerprint of its input data) and its hash, the resolved config, versions, git commit, wall time,
-  backend stats, the sha256 and row count of both files above, and `complete: true`. It is written last,
-  so its presence marks a complete stream; a rerun trusts it only after `analysis.data.integrity.verify`.
+Once complete, a stream directory holds `episodes.parquet` (one row per decision episode; deterministic:
+the same config and seed give a byte-identical file, no wall-clock columns), `archive.jsonl` (the
+lifecycle events) and `meta.json`: the stream's identity (the whole configuration that decides its
+episodes, and the fingerprint of its input data) and its hash, the resolved config, versions, git commit,
+wall time, backend stats, the sha256 and row count of both files above, and `complete: true`. It is
+written last, so its presence marks a complete stream; a rerun trusts it only after
+`analysis.data.logformat.verify`.
 
-While a stream runs, each episode is appended to `episodes.partial.jsonl`, whose first line is the
-stream's identity; lines are written in batches (every FLUSH_EVERY episodes or FLUSH_EVERY_S seconds, and
-when the stream stops, however it stops), so a killed process loses at most the last batch, which resume
-asks again. Lifecycle events are not logged as they happen: a resumed stream
-rebuilds them exactly by replay, and writing them twice doubled the cost of fact-heavy streams.
-A killed stream resumes by replaying the valid prefix of its partial log (see
+While a stream runs, each episode is appended to `episodes.partial.jsonl` (without what its prompt held,
+which replay rebuilds), whose first line is the stream's identity; lines are written in batches (every
+FLUSH_EVERY episodes or FLUSH_EVERY_S seconds, and when the stream stops, however it stops), so a killed
+process loses at most the last batch, which resume asks again. Lifecycle events are not logged as they
+happen: a resumed stream rebuilds them exactly by replay, and writing them twice doubled the cost of
+fact-heavy streams. A killed stream resumes by replaying the valid prefix of its partial log (see
 `runners.agent.loop.run_stream`), so its final files equal those of an uninterrupted run.
 
 Nothing is ever deleted that holds results: a complete stream that fails verification, or that belongs
 to another identity, and a partial log that is damaged or of another identity, are moved aside
-(`<name>.<reason>-<UTC time>`, see `analysis.data.integrity`) with one logged line. One process writes a
-stream at a time: `StreamLog.acquire` takes an OS lock (`fcntl.flock`) on `.seed=<n>.lock` beside the
-directory, which the OS releases when its process dies.
-Every final file is written atomically (a temporary file, then `os.replace`).
+(`<name>.<reason>-<UTC time>`) with one logged line. One process writes a stream at a time:
+`StreamLog.acquire` takes an OS lock (`fcntl.flock`) on `.seed=<n>.lock` beside the directory, which the
+OS releases when its process dies. Every final file is written atomically (a temporary file, then
+`os.replace`).
 """
 
 from __future__ import annotations
@@ -30,57 +31,49 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import functools
-import hashlib
 import json
 import logging
-import math
-import operator
 import os
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from json.encoder import c_encode_basestring, c_make_encoder  # type: ignore[attr-defined]
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from hydra.errors import CompactHydraException
 
-from analysis.data.integrity import ARCHIVE, EPISODES, META, file_record, move_aside, read_meta, verify
-from analysis.record import INT64_MAX, TYPES
-from tepa.archive import EVENT_LAYOUT
+from analysis.data.logformat import (
+    ARCHIVE,
+    EPISODES,
+    MAX_LINE_BYTES,
+    META,
+    PARTIAL_EPISODES,
+    PARTIAL_STATS,
+    dumps,
+    file_record,
+    fingerprint,
+    jsonl_bytes,
+    move_aside,
+    parquet_bytes,
+    parse_line,
+    read_line,
+    read_meta,
+    record_problem,
+    verify,
+)
+from analysis.record import SAMPLE
 
 log = logging.getLogger(__name__)
 _R = TypeVar("_R")
 
-PARTIAL_EPISODES = "episodes.partial.jsonl"
-#: Beside the partial log: the backend stats of the invocations that stopped before the stream was done,
-#: so that the finished stream's meta.json totals what all of them spent.
-PARTIAL_STATS = "episodes.partial.stats.json"
-#: A partial-log line longer than this is damage, not an episode (a reply is a few kB at most).
-MAX_LINE_BYTES = 1 << 20
 #: How often a process waiting for another's lock looks again (seconds).
 LOCK_POLL_S = 0.2
 #: The partial log is written every FLUSH_EVERY episodes or FLUSH_EVERY_S seconds, whichever comes first:
 #: one write per episode cost more than running a simulated episode.
 FLUSH_EVERY = 256
 FLUSH_EVERY_S = 0.5
-
-
-def stream_dir(
-    results_dir: str | os.PathLike, experiment: str, env: str, memory: str, seed: int, variant: str = ""
-) -> Path:
-    """Where one stream's logs live; `variant` (a configuration that differs from the experiment's own,
-    see `runners.identity`) adds one directory level above `seed=<n>`."""
-    labelled = Path(results_dir) / "runs" / experiment / env / memory
-    return (labelled / variant if variant else labelled) / f"seed={seed}"
-
-
-def fingerprint(config: Mapping[str, Any]) -> str:
-    """A short, stable hash of what determines a stream's episodes."""
-    return hashlib.sha256(_dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+_SAMPLE = frozenset(SAMPLE)
 
 
 def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -108,53 +101,6 @@ def atomic_write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
         raise
 
 
-def episodes_table(records: Sequence[Mapping[str, Any]]) -> pa.Table:
-    """The episodes as an Arrow table: columns in first-seen order, values as JSON would carry them
-    (so a record replayed from the partial log and a fresh one give the same table). Only values that
-    are not already JSON's own (str, int, float, bool, None) take the JSON round trip: episodes carry
-    plain values, and the round trip per record was most of the cost of writing a stream."""
-    columns: dict[str, None] = {}
-    for record in records:
-        columns.update(dict.fromkeys(record))
-    table = {}
-    for name in columns:
-        key = name if type(name) is str else json.loads(_dumps({name: 0})).popitem()[0]
-        try:
-            values = list(map(operator.itemgetter(name), records))
-        except KeyError:
-            values = [record.get(name) for record in records]
-        if not _PLAIN_TYPES.issuperset(map(type, values)):
-            values = [v if type(v) in _PLAIN_TYPES else json.loads(_dumps(v)) for v in values]
-        table[key] = values
-    return pa.table(table)
-
-
-def parquet_bytes(records: Sequence[Mapping[str, Any]]) -> bytes:
-    """`episodes.parquet`'s bytes: a deterministic function of the records."""
-    sink = pa.BufferOutputStream()
-    pq.write_table(episodes_table(records), sink, compression="zstd")
-    return sink.getvalue().to_pybytes()
-
-
-def jsonl_bytes(rows: Iterable[Mapping[str, Any]]) -> bytes:
-    """One JSON line per row, as `_dumps` writes it."""
-    return "".join(map(_line, rows)).encode()
-
-
-def _line(row: Mapping[str, Any]) -> str:
-    """A row's JSON line. A lifecycle event (`tepa.archive.EVENT_LAYOUT`: those fields, in that order,
-    of exactly those types) is written from a template that gives the encoder's text at about half its
-    cost: a fact-heavy stream logs tens of thousands of events. Any other row goes through the encoder."""
-    if tuple(row) == _EVENT_FIELDS and tuple(map(type, row.values())) == _EVENT_TYPES:
-        t, event, reason, id_, key, value, s, f, state = row.values()
-        enc = c_encode_basestring
-        return (
-            f'{{"t":{t},"event":{enc(event)},"reason":{enc(reason)},"id":{id_},"key":{enc(key)},'
-            f'"value":{enc(value)},"s":{s},"f":{f},"state":{enc(state)}}}\n'
-        )
-    return _dumps(row) + "\n"
-
-
 class LogUnwritable(CompactHydraException):
     """A stream's files cannot be written (a full disk, a read-only or missing folder): one line naming
     the stream, instead of a traceback. Whatever was logged before stays, and a rerun resumes it."""
@@ -179,13 +125,13 @@ def _one_line(method: Callable[..., _R]) -> Callable[..., _R]:
 class StreamLog:
     """The files of one stream directory: its lock, completeness, the partial log, the final write.
 
-    `identity` is everything that decides the stream's episodes (see `runners.identity`); its
+    `identity` is everything that decides the stream's episodes (see `runners.store.identity`); its
     `fingerprint` is recorded in meta.json and in the partial log's first line.
     """
 
     def __init__(self, directory: Path, identity: Mapping[str, Any]) -> None:
         self.dir = directory
-        self.identity = json.loads(_dumps(identity))
+        self.identity = json.loads(dumps(identity))
         self.fingerprint = fingerprint(self.identity)
         self._episodes: IO[str] | None = None
         self._pending: list[str] = []  # encoded lines not yet written
@@ -289,7 +235,7 @@ class StreamLog:
     def save_stats(self, stats: Mapping[str, Any]) -> None:
         """Keep the backend stats of an invocation that stops before the stream is done."""
         data = {"fingerprint": self.fingerprint, "stats": stats}
-        atomic_write_bytes(self.dir / PARTIAL_STATS, _dumps(data).encode(), durable=False)
+        atomic_write_bytes(self.dir / PARTIAL_STATS, dumps(data).encode(), durable=False)
 
     # ----- resume
     @_one_line
@@ -311,8 +257,8 @@ class StreamLog:
         except FileNotFoundError:
             return []
         with f:
-            header, _ = _read_line(f)
-            head = _parse(header) if header is not None else None
+            header, _ = read_line(f)
+            head = parse_line(header) if header is not None else None
             if not head or "fingerprint" not in head:
                 self.set_aside_partial("damaged", "its first line is not this log's header; starting afresh")
                 return []
@@ -322,10 +268,10 @@ class StreamLog:
                 return []
             records: list[dict] = []
             while True:
-                line, complete = _read_line(f)
+                line, complete = read_line(f)
                 if line is None or (not complete and len(line) <= MAX_LINE_BYTES):  # end, or a torn tail
                     return records
-                rec = _parse(line) if len(line) <= MAX_LINE_BYTES else None
+                rec = parse_line(line) if len(line) <= MAX_LINE_BYTES else None
                 why = (
                     f"longer than {MAX_LINE_BYTES} bytes" if len(line) > MAX_LINE_BYTES
                     else "not a JSON object" if rec is None else record_problem(rec) or problem(rec)
@@ -356,9 +302,11 @@ class StreamLog:
 
     def append(self, record: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> None:
         """Log one episode as it finishes (the loop's `on_episode`), written with its batch (module
-        docstring). `events` are rebuilt by replay on resume."""
+        docstring). `events`, and the record's sample (`analysis.record.SAMPLE`: what its prompt held),
+        are rebuilt by replay on resume, so neither is written: Append-Only's evidence alone would make
+        the partial log several times the size of the finished stream."""
         assert self._episodes is not None, "StreamLog.open() first"
-        self._pending.append(_dumps(record))
+        self._pending.append(dumps({k: v for k, v in record.items() if k not in _SAMPLE}))
         if len(self._pending) >= FLUSH_EVERY or time.monotonic() >= self._flush_at:
             self.flush()
 
@@ -412,88 +360,3 @@ class StreamLog:
             self.dir / META, (json.dumps({**full, "complete": True}, indent=2, default=str) + "\n").encode()
         )
         self.discard_partial()
-
-
-def partial_summary(path: Path) -> tuple[dict[str, Any] | None, int]:
-    """A partial log's identity (None when its header is unreadable) and how many lines follow it."""
-    with open(path, "rb") as f:
-        header, _ = _read_line(f)
-        head = _parse(header) if header is not None else None
-        return (head or {}).get("identity"), sum(1 for _ in f)
-
-
-def record_problem(rec: Mapping[str, Any]) -> str | None:
-    """Why a logged episode holds a value no episode can have, or None. Every column of the record
-    (`analysis.record.TYPES`, so a new column is checked too) must have its type, and every number is a
-    count, a step or a time: an int in [0, 2**63 - 1] (what parquet's int64 holds), a float finite and
-    >= 0. A missing column is left to the replay's own check (it rebuilds every column but the replies'
-    own)."""
-    for name, kind in TYPES.items():
-        value = rec.get(name)
-        if value is None:
-            continue
-        if kind is float:
-            if type(value) not in (int, float):
-                return f"field {name!r} is {type(value).__name__}, expected float"
-            if not 0 <= value < math.inf:
-                return f"field {name!r} is {value!r}, expected a finite number >= 0"
-        elif type(value) is not kind:
-            return f"field {name!r} is {type(value).__name__}, expected {kind.__name__}"
-        elif kind is int and not 0 <= value <= INT64_MAX:
-            return f"field {name!r} is {value}, expected an int in [0, 2**63 - 1]"
-    return None
-
-
-def _read_line(f: IO[bytes]) -> tuple[bytes | None, bool]:
-    """The next line without its newline (None at the end) and whether it ended with one. A line
-    longer than MAX_LINE_BYTES is returned cut just past the limit, never read whole."""
-    line = f.readline(MAX_LINE_BYTES + 1)
-    if not line:
-        return None, False
-    if line.endswith(b"\n"):
-        return line[:-1], True
-    if len(line) > MAX_LINE_BYTES:
-        while (more := f.readline(MAX_LINE_BYTES)) and not more.endswith(b"\n"):
-            pass  # skip the rest of the over-long line
-    return line, False
-
-
-def _dumps(obj: Any, sort_keys: bool = False) -> str:
-    if sort_keys:
-        return _SORTED.encode(obj)
-    if _plain_chunks is None or isinstance(obj, str):
-        return _PLAIN.encode(obj)
-    return "".join(_plain_chunks(obj, 0))
-
-
-def _jsonable(obj: Any) -> Any:
-    """numpy scalars, tuples-as-keys and the like: their plain Python form, else their str."""
-    item = getattr(obj, "item", None)
-    if callable(item):
-        return item()
-    if isinstance(obj, (set, frozenset)):
-        return sorted(obj, key=str)
-    return str(obj)
-
-
-def _parse(line: bytes) -> dict[str, Any] | None:
-    try:
-        obj = json.loads(line)
-    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
-# One encoder each, built once: json.dumps with options builds a new encoder per call, which dominated
-# writing the archive of fact-heavy streams.
-_PLAIN = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_jsonable)
-_SORTED = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_jsonable, sort_keys=True)
-# `_PLAIN.encode` builds its C encoder anew on every call; this one is built once and gives the same text
-# (it skips the check for circular references: records are trees). None where the C encoder is missing.
-_plain_chunks = (
-    c_make_encoder(None, _jsonable, c_encode_basestring, None, ":", ",", False, False, True)
-    if c_make_encoder is not None and c_encode_basestring is not None
-    else None
-)
-_PLAIN_TYPES = frozenset({str, int, float, bool, type(None)})
-_EVENT_FIELDS, _EVENT_TYPES = map(tuple, zip(*EVENT_LAYOUT, strict=True))

@@ -2,7 +2,7 @@
 
 `make reproduce` runs its experiments side by side, each a sweep with two jobs at a time. Left alone,
 eight jobs would share the two cores, and switching between them cost about a sixth more CPU than
-running them two at a time. So `runners.reproduce` creates a slot folder and names it in the
+running them two at a time. So `runners.launch.reproduce` creates a slot folder and names it in the
 environment (`TEPA_JOB_SLOTS`, with each experiment's `TEPA_JOB_PRIORITY`), and every job holds a slot
 while it runs (`held`). A job waits while all slots are taken or a job of a more urgent priority (a
 smaller number) waits, so the experiment on the critical path goes first and the others fill the gaps.

@@ -1,0 +1,241 @@
+"""What an output folder holds, per experiment, and from which runs: the analysis never removes results
+it did not compute.
+
+Every analysis writes `manifest.json` beside README.md: for each experiment, the runs its results were
+computed from, its summary frames (exact: JSON keeps every float's repr), its Runs-table row, and the
+names and titles of its tables and figures. A later analysis of other runs into the same folder
+*keeps* the results of every experiment it has no runs of: their tables are rebuilt from the stored
+frames (byte for byte what a full analysis gives), their figures stay as they are, and the scorecard,
+the paper tables and README.md cover them as before. It refuses, with one line naming `--replace`, to
+recompute an experiment from runs that lack some of the ones its results came from (the user's own
+subset of a paper experiment would otherwise replace the full one), or to mix results computed with
+other options. `--replace` writes the folder from the given runs alone, as if it were empty. Files the
+analysis did not list in a manifest (a folder written before manifests existed) are never removed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.data.logformat import read_file
+from analysis.metrics import Analysis
+from analysis.report.figures import FigureFile
+from analysis.report.tables import Table
+
+MANIFEST = "manifest.json"
+VERSION = 1
+#: The Analysis frames the tables are built from, stored per experiment (they all have `experiment`).
+FRAMES = ("success", "mpi", "paired", "adaptation", "cost_summary", "sweep", "departures", "memory")
+
+
+@dataclass(frozen=True)
+class Kept:
+    """The manifest entries of the experiments whose results stay (none without a manifest), and which
+    files the analysis may remove when it no longer makes them (None: any, as with `--replace`)."""
+
+    experiments: dict[str, dict]
+    removable_tables: frozenset[str] | None
+    removable_figures: frozenset[str] | None
+
+
+def read_manifest(out: Path) -> dict | None:
+    """The folder's manifest; None when it has none. A ValueError names a manifest it cannot read."""
+    path = out / MANIFEST
+    try:
+        manifest = json.loads(read_file(path))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, RecursionError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise ValueError(f"{path}: unreadable ({reason}); --replace rewrites it") from None
+    if not (isinstance(manifest, dict) and manifest.get("version") == VERSION):
+        raise ValueError(
+            f"{path}: not a manifest of this analysis (version {VERSION}); --replace rewrites it"
+        )
+    experiments = manifest.get("experiments")
+    if not isinstance(experiments, dict):
+        raise ValueError(f"{path}: records no experiments; --replace rewrites it")
+    for name, entry in experiments.items():
+        if not _well_formed(entry):
+            raise ValueError(f"{path}: the entry of {name} is malformed; --replace rewrites it")
+    return manifest
+
+
+def _is_frame(stored: object) -> bool:
+    return (
+        isinstance(stored, dict)
+        and isinstance(stored.get("columns"), list)
+        and isinstance(stored.get("rows"), list)
+    )
+
+
+def _well_formed(entry: object) -> bool:
+    """Whether a manifest entry has every part `merge` and the report read, of the right kinds."""
+    if not isinstance(entry, dict):
+        return False
+    kinds = {"runs": list, "frames": dict, "phases": dict, "inventory": list, "figures": list}
+    kinds |= {"extra_tables": list, "sweep_params": list, "variants": list}
+    if not all(isinstance(entry.get(key), kind) for key, kind in kinds.items()):
+        return False
+    frames = [entry["frames"].get(name) for name in FRAMES]
+    frames += [t.get("data") if isinstance(t, dict) else None for t in entry["extra_tables"]]
+    tables = all(isinstance(t, dict) and set(t) == set(TABLE_FIELDS) for t in entry["extra_tables"])
+    figures = all(isinstance(f, dict) and isinstance(f.get("name"), str) for f in entry["figures"])
+    shaped = all(_is_frame(f) for f in frames)
+    return tables and figures and shaped
+
+
+def keep(out: Path, runs: pd.DataFrame, options: dict, *, replace: bool) -> Kept:
+    """What of `out` stays, given the `runs` (RunLogs.runs) and options of this analysis: a ValueError
+    (one line naming `--replace`) when the analysis would replace results of runs it does not have."""
+    if replace:
+        return Kept({}, None, None)
+    manifest = read_manifest(out)
+    if manifest is None:
+        return Kept({}, frozenset(), frozenset())
+    entries = manifest["experiments"]
+    present = {str(e): set(group["run"]) for e, group in runs.groupby("experiment")}
+    for experiment in sorted(set(entries) & set(present)):
+        lacking = sorted(set(entries[experiment].get("runs", [])) - present[experiment])
+        if lacking:
+            raise ValueError(
+                f"--out {out} holds results of {experiment} computed from {len(lacking)} run(s) that "
+                f"--runs lacks (e.g. {lacking[0]}); --replace replaces them with these runs' (or choose "
+                "another --out)"
+            )
+    kept = {e: entry for e, entry in sorted(entries.items()) if e not in present}
+    if kept and manifest.get("options") != options:
+        raise ValueError(
+            f"--out {out} holds results of {', '.join(kept)} computed with other options "
+            f"({_options(manifest.get('options'))}); rerun with those, or --replace to drop them"
+        )
+    figures = set(manifest.get("figures", [])) - {
+        f["name"] for e in kept.values() for f in e.get("figures", [])
+    }
+    return Kept(kept, frozenset(manifest.get("tables", [])), frozenset(figures))
+
+
+def _options(options: object) -> str:
+    if not isinstance(options, dict):
+        return "unknown"
+    return ", ".join(f"--{k} {v}" for k, v in sorted(options.items()))
+
+
+def merge(analysis: Analysis, kept: Kept) -> Analysis:
+    """`analysis` with the stored frames, phases, sweep parameters and variants of the kept experiments."""
+    if not kept.experiments:
+        return analysis
+    frames = {}
+    for name in FRAMES:
+        parts = [getattr(analysis, name)] + [
+            _unframe(entry["frames"][name]) for entry in kept.experiments.values()
+        ]
+        parts = [p for p in parts if len(p)]
+        frames[name] = pd.concat(parts, ignore_index=True) if parts else getattr(analysis, name)
+    phases = dict(analysis.phases)
+    sweep_params = dict(analysis.sweep_params)
+    variants = dict(analysis.variants)
+    for experiment, entry in kept.experiments.items():
+        phases |= {(experiment, env): list(order) for env, order in entry["phases"].items()}
+        if entry.get("sweep_params"):
+            sweep_params[experiment] = list(entry["sweep_params"])
+        if entry.get("variants"):
+            variants[experiment] = list(entry["variants"])
+    return replace(analysis, **frames, phases=phases, sweep_params=sweep_params, variants=variants)
+
+
+def kept_tables(kept: Kept) -> list[Table]:
+    """The stored tables of the kept experiments that are not built from frames (e.g. the ablation's)."""
+    return [
+        Table(**{k: v for k, v in t.items() if k != "data"}, data=_unframe(t["data"]))
+        for entry in kept.experiments.values()
+        for t in entry.get("extra_tables", [])
+    ]
+
+
+def kept_figures(kept: Kept, directory: Path) -> list[FigureFile]:
+    """The figures of the kept experiments, as they are in `directory` (those still there)."""
+    return [
+        FigureFile(directory / f["name"], f["title"], experiment)
+        for experiment, entry in kept.experiments.items()
+        for f in entry.get("figures", [])
+        if (directory / f["name"]).is_file()
+    ]
+
+
+def write_manifest(
+    out: Path,
+    analysis: Analysis,
+    runs: pd.DataFrame,
+    inventory: dict[str, list[str]],
+    tables: Sequence[Table],
+    extra_tables: Iterable[Table],
+    figures: Sequence[FigureFile],
+    kept: Kept,
+    options: dict,
+) -> Path:
+    """Write `out`/manifest.json: an entry per experiment of `runs` (see the module docstring), the kept
+    experiments' entries as they were, and the names of every table and figure written."""
+    entries = dict(kept.experiments)
+    for experiment, group in runs.groupby("experiment"):
+        experiment = str(experiment)
+        entries[experiment] = {
+            "runs": sorted(group["run"]),
+            "frames": {name: _frame(_of(getattr(analysis, name), experiment)) for name in FRAMES},
+            "phases": {env: order for (e, env), order in sorted(analysis.phases.items()) if e == experiment},
+            "sweep_params": analysis.sweep_params.get(experiment, []),
+            "variants": analysis.variants.get(experiment, []),
+            "inventory": inventory.get(experiment, []),
+            "extra_tables": [_table(t) for t in extra_tables if t.experiment == experiment],
+            "figures": [
+                {"name": f.path.name, "title": f.title} for f in figures if f.experiment == experiment
+            ],
+        }
+    manifest = {
+        "version": VERSION,
+        "options": options,
+        "tables": sorted(t.name for t in tables),
+        "figures": sorted(f.path.name for f in figures),
+        "experiments": dict(sorted(entries.items())),
+    }
+    path = out / MANIFEST
+    path.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def _of(frame: pd.DataFrame, experiment: str) -> pd.DataFrame:
+    return frame[frame["experiment"] == experiment] if len(frame) else frame
+
+
+def _frame(frame: pd.DataFrame) -> dict:
+    """A frame as JSON: its columns in order and its rows, every value a plain Python one (a float's
+    repr is exact, so the tables rebuilt from it are byte for byte the same)."""
+    rows = [[v.item() if hasattr(v, "item") else v for v in row] for row in frame.itertuples(index=False)]
+    return {"columns": [str(c) for c in frame.columns], "rows": rows}
+
+
+def _unframe(stored: dict) -> pd.DataFrame:
+    return pd.DataFrame(stored["rows"], columns=stored["columns"])
+
+
+#: What a stored table records (the fields of `Table`).
+TABLE_FIELDS = ("name", "title", "columns", "rows", "data", "labels", "note", "sources", "experiment")
+
+
+def _table(table: Table) -> dict:
+    return {
+        "name": table.name,
+        "title": table.title,
+        "columns": table.columns,
+        "rows": table.rows,
+        "data": _frame(table.data),
+        "labels": table.labels,
+        "note": table.note,
+        "sources": table.sources,
+        "experiment": table.experiment,
+    }

@@ -1,0 +1,249 @@
+"""The memory-quality report: a table per experiment beside success, stale share over time, and the
+section of results/README.md that says in numbers what the memory held, without any reader.
+
+Everything here reads `Analysis.memory` (per method and phase, `analysis.memory_quality.summarize`) and
+the episodes' memory-quality columns; nothing reads a reply, an action or a success except to set the
+success column beside the memory figures.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.data.load import in_sweep
+from analysis.memory_quality import LOGGED, METRICS
+from analysis.metrics import (
+    NO_MEMORY,
+    OVERALL,
+    TEPA_REV,
+    Analysis,
+    env_label,
+    method_label,
+    phase_orders,
+    settings,
+    sorted_experiments,
+    sorted_methods,
+)
+from analysis.report.figures import _STYLES, Drawing, Job, method_colors, render, shade_phases
+from analysis.report.tables import MISSING, Table, _keyed, _of, _phase_columns, interval, number
+
+APPEND_ONLY = "append_only"
+#: A prompt is "dominated by stale VALID lines" at a decision that is polluted; the section says whether
+#: that holds at most of a method's decisions.
+DOMINATED = 0.5
+_COLUMNS = ["current", "stale"]
+_SOURCE = "From the logged evidence and the environment's truth alone, never from the reply: "
+_DEFINITIONS = (
+    "A line is stale "
+    "when its verdict disagrees with what the world holds now (VALID for another value, or FAILED for "
+    "the true one). Stale share: stale lines / retrieved lines, per run; truth present / stale present: "
+    "share of decisions with a VALID line asserting the truth / another value; pollution index: share "
+    "of decisions whose VALID lines for other values outnumber those for the truth. Mean over seeds "
+    "[95% bootstrap CI over seeds]; n/a: undefined (nothing retrieved) or not logged."
+)
+
+
+def _cell(row: dict | None, digits: int = 3) -> str:
+    return MISSING if row is None else interval(row["mean"], row["low"], row["high"], digits)
+
+
+def memory_table(analysis: Analysis, experiment: str) -> Table | None:
+    """Success and the memory-quality metrics of every method and phase of one experiment."""
+    memory = _of(analysis.memory, experiment=experiment)
+    if memory.empty:
+        return None
+    success = _keyed(_of(analysis.success, experiment=experiment), "env", "memory", "phase")
+    keyed = _keyed(memory, "env", "memory", "phase", "metric")
+    pairs = [s for s in settings(memory) if s[0] == experiment]
+    rows, data = [], []
+    for setting in pairs:
+        methods = sorted_methods(_of(memory, env=setting[1])["memory"])
+        for method in methods:
+            for phase in _phase_columns(analysis, experiment, [setting]):
+                found = {m: keyed.get((setting[1], method, phase, m)) for m in METRICS}
+                won = success.get((setting[1], method, phase))
+                rows.append(
+                    [
+                        env_label(setting[1]),
+                        method_label(method),
+                        phase,
+                        _cell(won),
+                        *map(_cell, found.values()),
+                    ]
+                )
+                record = {"experiment": experiment, "env": setting[1], "memory": method, "phase": phase}
+                record |= {f"success_{k}": (won or {}).get(k, math.nan) for k in ("mean", "low", "high")}
+                for metric, row in found.items():
+                    record |= {
+                        f"{metric}_{k}": (row or {}).get(k, math.nan) for k in ("mean", "low", "high", "n")
+                    }
+                data.append(record)
+    columns = ["Setting", "Method", "Phase", "Success", *METRICS.values()]
+    return Table(
+        f"memory_{experiment}",
+        f"{experiment}: memory quality beside success (no reader involved)",
+        columns,
+        rows,
+        pd.DataFrame.from_records(data),
+        labels=3,
+        note=_SOURCE + _DEFINITIONS,
+    )
+
+
+def stale_share_over_time(
+    rows: pd.DataFrame, phases: list[str], experiment: str, env: str, window: int
+) -> Drawing | None:
+    """Each method's share of stale lines among the lines its prompts held, over a rolling window of
+    `window` episodes pooled over seeds, with the phases shaded; `rows`: that setting's episodes."""
+    figure = Figure(figsize=(10, 4.2), layout="constrained")
+    ax = figure.add_subplot()
+    end = shade_phases(ax, rows, phases)
+    colors = method_colors(rows["memory"])
+    drawn = 0
+    for method in sorted_methods(rows["memory"]):
+        per_t = rows[rows["memory"] == method].groupby("t")[_COLUMNS].sum(min_count=1)
+        lines = (per_t["current"] + per_t["stale"]).rolling(window, min_periods=1).sum()
+        share = per_t["stale"].rolling(window, min_periods=1).sum() / lines.where(lines > 0)
+        if share.notna().any():
+            drawn += 1
+            ax.plot(
+                share.index,
+                share.to_numpy(),
+                color=colors[method],
+                ls=_STYLES.get(method, "-"),
+                lw=1.4,
+                label=method_label(method),
+            )
+    if not drawn:
+        return None
+    ax.set_xlim(int(rows["t"].min()), end)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("episode t (stream position)")
+    ax.set_ylabel(f"stale share of retrieved lines, rolling {window}")
+    title = f"{experiment} / {env_label(env)}: stale share of retrieved lines over time (all seeds pooled)"
+    ax.set_title(title, pad=22)
+    figure.legend(loc="outside right upper", frameon=False, fontsize=9)
+    return Drawing(f"stale_share_{experiment}_{env}.png", title, render(figure), experiment)
+
+
+def memory_tables(analysis: Analysis) -> list[Table]:
+    """The memory-quality table of every experiment that logged its samples, in experiment order."""
+    experiments = sorted_experiments(analysis.memory["experiment"]) if len(analysis.memory) else []
+    return [t for t in (memory_table(analysis, e) for e in experiments) if t is not None]
+
+
+def memory_jobs(episodes: pd.DataFrame, runs: pd.DataFrame, window: int) -> list[Job]:
+    """Stale share over time of every drifting setting whose runs logged their samples (from the logs
+    alone; sweeps left out, as in success over time)."""
+    logged = set(runs.loc[(runs["sample"] == LOGGED) & ~in_sweep(runs), "run"])
+    rows = episodes[episodes["run"].isin(logged)] if logged else episodes.iloc[:0]
+    phases = phase_orders(rows) if len(rows) else {}
+    jobs: list[Job] = []
+    for experiment, env in settings(rows):
+        if len(phases[(experiment, env)]) > 1:
+            of_setting = rows.loc[
+                (rows["experiment"] == experiment) & (rows["env"] == env), ["memory", "t", "phase", *_COLUMNS]
+            ]
+            jobs.append(
+                partial(stale_share_over_time, of_setting, phases[(experiment, env)], experiment, env, window)
+            )
+    return jobs
+
+
+def _mean(memory: dict, setting: tuple[str, str], method: str, phase: str, metric: str) -> float:
+    row = memory.get((*setting, method, phase, metric))
+    return math.nan if row is None else float(row["mean"])
+
+
+def _focus_phase(phases: list[str]) -> str:
+    """The phase a sentence is about: the first after the first boundary (memory made stale), or the
+    only one."""
+    return phases[1] if len(phases) > 1 else phases[0]
+
+
+def _describe(memory: dict, setting: tuple[str, str], method: str, phase: str) -> str:
+    share, present, pollution = (
+        _mean(memory, setting, method, phase, m) for m in ("stale_share", "truth_present", "pollution")
+    )
+    return (
+        f"{method_label(method)}: {number(share, 2)} of its retrieved lines stale, the truth among them at "
+        f"{_percent(present)} of its decisions, stale VALID lines outnumbering the true ones at "
+        f"{_percent(pollution)}"
+    )
+
+
+def _percent(x: float) -> str:
+    return MISSING if math.isnan(x) else f"{100 * x:.0f}%"
+
+
+def _setting_sentence(memory: dict, setting: tuple[str, str], phases: list[str], methods: list[str]) -> str:
+    phase = _focus_phase(phases)
+    where = f"**{env_label(setting[1])}** ({setting[0]}), phase {phase}"
+    named = [m for m in (APPEND_ONLY, TEPA_REV) if m in methods]
+    parts = [_describe(memory, setting, m, phase) for m in named]
+    polluted = {m: _mean(memory, setting, m, phase, "pollution") for m in methods if m != NO_MEMORY}
+    polluted = {m: p for m, p in polluted.items() if not math.isnan(p)}
+    if polluted:
+        worst, best = (
+            max(polluted, key=lambda m: (polluted[m], m)),
+            min(polluted, key=lambda m: (polluted[m], m)),
+        )
+        if polluted[worst] == polluted[best]:
+            parts.append(f"every method's pollution index is {number(polluted[worst], 2)}")
+        else:
+            parts.append(
+                f"the highest pollution index is {method_label(worst)}'s ({number(polluted[worst], 2)}), "
+                f"the lowest {method_label(best)}'s ({number(polluted[best], 2)})"
+            )
+    text = f"- {where}: " + "; ".join(parts) + "."
+    if len(named) == 2 and all(m in polluted for m in named):
+        verdicts = [f"{method_label(m)}'s {'are' if polluted[m] > DOMINATED else 'are not'}" for m in named]
+        text += (
+            f" So {verdicts[0]} dominated by stale VALID lines at most decisions of this phase, "
+            f"and {verdicts[1]}."
+        )
+    return text
+
+
+def section(analysis: Analysis) -> str:
+    """The results/README.md section on memory quality: sentences computed from `analysis.memory`, and
+    one line naming the experiments without memory metrics. It reads the analysis' frames only, so that
+    the results an analysis keeps of an experiment absent from its runs read as a full analysis wrote
+    them."""
+    parts = ["## Memory quality, without a reader\n"]
+    with_metrics = set(analysis.memory["experiment"]) if len(analysis.memory) else set()
+    analysed = analysis.success["experiment"] if len(analysis.success) else []
+    without = [e for e in sorted_experiments(analysed) if e not in with_metrics]
+    unavailable = (
+        [f"{', '.join(without)} (runs logged before episodes recorded their evidence, or an environment "
+         "that reports no truth)"]
+        if without
+        else []
+    )  # fmt: skip
+    if analysis.memory.empty:
+        parts.append(
+            "Memory metrics are unavailable: "
+            + ("; ".join(unavailable) or "no run logged its evidence")
+            + ".\n"
+        )
+        return "\n".join(parts)
+    parts.append(
+        "Every number in this section is computed from what the prompts held (each decision's retrieved "
+        "evidence and the truth its environment reports for the task's key, both in episodes.parquet), "
+        "never from a reply: it needs no reader and does not move with the simulated reader's lapse rate "
+        "or weights. " + _DEFINITIONS.split(". Mean over seeds")[0] + ". Per experiment: the "
+        "memory-quality tables below; over time: the stale-share figures.\n"
+    )
+    memory = _keyed(analysis.memory, "experiment", "env", "memory", "phase", "metric")
+    lines = []
+    for setting in settings(analysis.memory):
+        methods = sorted_methods(_of(analysis.memory, experiment=setting[0], env=setting[1])["memory"])
+        lines.append(_setting_sentence(memory, setting, analysis.phases.get(setting, [OVERALL]), methods))
+    parts.append("\n".join(lines) + "\n")
+    if unavailable:
+        parts.append("Memory metrics unavailable for " + "; ".join(unavailable) + ".\n")
+    return "\n".join(parts)
