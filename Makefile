@@ -7,7 +7,7 @@ RUN    := $(BIN)/python -m runners.run -m hydra/launcher=joblib
 # MemoryAgentBench data: a folder with memoryagentbench/ and mquake/ (see README); empty = download.
 export TEPA_DATA_DIR ?=
 
-.PHONY: help lint test reproduce ablation figures calibrate bench serve-llm test-llm reproduce-llm
+.PHONY: help lint test reproduce ablation map figures calibrate bench serve-llm test-llm reproduce-llm
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -38,6 +38,15 @@ reproduce: $(STAMP) ## every paper experiment on the simulated backend, then tab
 ablation: $(STAMP) ## ablate TEPA-Rev's rule switches, then tables and figures
 	$(RUN) experiment=ablation_lifecycle
 	$(MAKE) figures
+
+# The robustness map (experiment=robustness_map, conf/map/robustness_map.yaml): every method tuned per cell
+# of a noise x reversal-rate grid on tuning seeds, scored on evaluation seeds, beside the defaults-only map;
+# tables, figures and README.md in results/map/, its findings in results/README.md.
+map: $(STAMP) ## the noise x drift robustness map with tuned baselines into results/map/
+	$(BIN)/python -m runners.map
+	$(BIN)/python -m runners.map --map noise_hypothesis
+	$(BIN)/python -m analysis.map --out results/map --hypothesis results/map/noise_hypothesis
+	@if [ -d results/runs ]; then $(MAKE) figures; fi
 
 # Tables, figures and results/README.md from the logs already in results/runs (no experiment is rerun);
 # the results of experiments without runs there are kept (python -m analysis --replace drops them).

@@ -71,12 +71,19 @@ class Task:
 class Outcome:
     """What acting did: success, the observations to write to memory, and the environment's message.
     With `feedback=False` the loop does not report the outcome to memory (a benchmark question's score is
-    the evaluation, not experience)."""
+    the evaluation, not experience). `reported` is what the agent is told when the environment
+    misreports outcomes (outcome noise; None: the true `success`); the episode is scored by `success`."""
 
     success: bool
     observations: tuple[Observation, ...] = ()
     message: str = ""
     feedback: bool = True  # False for a benchmark score the agent must not learn from
+    reported: bool | None = None
+
+    @property
+    def told(self) -> bool:
+        """The outcome as the agent is told it: `reported`, or the true `success`."""
+        return self.success if self.reported is None else self.reported
 
 
 @runtime_checkable

@@ -12,6 +12,11 @@ are used); each task shows them in a freshly shuffled order so that a model's po
 in for knowledge. The stream never depends on the agent's actions. A real model scored by the
 log-likelihood of an option's text favours names its tokenizer keeps whole, so real-model runs use a
 vocabulary of single-token words (conf/env/controlled_drift_words.yaml).
+
+Two perturbations, both off by default (`envs.perturbation` defines them exactly): outcome noise
+(`noise`, `false_success`: a correct action reported failed, a wrong one reported succeeded; scoring uses
+the true outcome) and random reversals (`reversal_rate`: a per-job hazard per episode; a reversal
+returns the job to its previous action).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envs.base import MAX_KEYS, TRIAL_KINDS, EnvironmentBase, Outcome, Task
+from envs.perturbation import OutcomeNoise, ReversalSchedule, check_reversal_rate
 from tepa.evidence import Observation
 from tepa.validation import check_fraction, check_int
 
@@ -81,6 +87,9 @@ class ControlledDrift(EnvironmentBase):
         phases: Sequence[DriftPhase | Mapping[str, Any] | Sequence[Any]] | None = None,
         partial_fraction: float = 0.5,
         actions: Sequence[str] | None = None,
+        noise: float = 0.0,
+        false_success: float | None = None,
+        reversal_rate: float = 0.0,
     ) -> None:
         vocabulary = ACTION_NAMES if actions is None else _action_names(actions)
         self.n_keys = check_int("n_keys", n_keys, 1, MAX_KEYS)
@@ -90,6 +99,8 @@ class ControlledDrift(EnvironmentBase):
         self.phase_length = check_int("phase_length", phase_length, 1)
         self.partial_fraction = check_fraction("partial_fraction", partial_fraction)
         self.phases = _parse_phases(DEFAULT_PHASES if phases is None else phases, self.phase_length)
+        self.outcome_noise = OutcomeNoise(noise, false_success)
+        self.reversal_rate = check_reversal_rate(reversal_rate)
         self._actions = tuple(vocabulary[: self.n_actions])
         self._action_set = frozenset(self._actions)
         self._key_set = frozenset(range(self.n_keys))
@@ -101,6 +112,8 @@ class ControlledDrift(EnvironmentBase):
             start += phase.length  # type: ignore[operator]  # lengths are resolved by _parse_phases
         self._seed: int | None = None
         self._regimes: list[tuple[str, ...]] = []
+        self._schedule: ReversalSchedule | None = None  # random reversals, when reversal_rate > 0
+        self._noise: list[float] = []  # per-episode draws of the outcome noise, when there is noise
         self._trial_rng = random.Random(0)
         self._now = 0
 
@@ -116,6 +129,17 @@ class ControlledDrift(EnvironmentBase):
         self._seed = check_int("seed", seed, 0)
         self._regimes = self._draw_regimes(random.Random(f"{self.name}/{self._seed}/regimes"))
         self._trial_rng = random.Random(f"{self.name}/{self._seed}/trials")
+        self._schedule = None
+        if self.reversal_rate > 0:
+            self._schedule = ReversalSchedule(
+                self._starts,
+                [dict(enumerate(regime)) for regime in self._regimes],
+                {k: self._actions for k in range(self.n_keys)},
+                self.reversal_rate,
+                len(self),
+                random.Random(f"{self.name}/{self._seed}/reversals"),
+            )
+        self._noise = self.outcome_noise.draws(random.Random(f"{self.name}/{self._seed}/noise"), len(self))
         self._now = 0
 
     def tasks(self) -> Iterator[Task]:
@@ -135,7 +159,7 @@ class ControlledDrift(EnvironmentBase):
                     phase=phase.name,
                     t=t,
                     options=tuple(rng.sample(actions, len(actions))),
-                    correct=regime[key],
+                    correct=regime[key] if self._schedule is None else self._schedule.at(key, t),
                 )
                 t += 1
 
@@ -146,10 +170,11 @@ class ControlledDrift(EnvironmentBase):
                 False, (), f"invalid action {_clip(action)}: choose one of {', '.join(task.options)}"
             )
         success = self._completes(task.t, key, action)
-        verb = "worked" if success else "failed"
-        obs = Observation(key, action, success, task.t, f'action "{action}" {verb} for job {key}', "outcome")
-        message = f"job {key} completed" if success else f'action "{action}" did not complete job {key}'
-        return Outcome(success, (obs,), message)
+        reported = self._reported(success, self._noise[task.t] if self._noise else None)
+        verb = "worked" if reported else "failed"
+        obs = Observation(key, action, reported, task.t, f'action "{action}" {verb} for job {key}', "outcome")
+        message = f"job {key} completed" if reported else f'action "{action}" did not complete job {key}'
+        return Outcome(success, (obs,), message, reported=reported)
 
     def trial(self, precedent: Any, kind: str) -> bool:
         if kind not in TRIAL_KINDS:
@@ -160,16 +185,17 @@ class ControlledDrift(EnvironmentBase):
             return False
         now = self._now
         if kind == "support":
-            return self._completes(now, key, value)
-        regime = self._regime_at(now)
+            return self._trial_outcome(self._completes(now, key, value))
         others = [k for k in range(self.n_keys) if k != key]
         if kind == "counterfactual":
-            elsewhere = [k for k in others if regime[k] != value]
-            return bool(elsewhere) and not self._completes(now, self._trial_rng.choice(elsewhere), value)
+            elsewhere = [k for k in others if self._correct(now, k) != value]
+            if not elsewhere:
+                return False
+            return not self._trial_outcome(self._completes(now, self._trial_rng.choice(elsewhere), value))
         if not others:
             return True
         other = self._trial_rng.choice(others)
-        return self._completes(now, other, regime[other])
+        return self._trial_outcome(self._completes(now, other, self._correct(now, other)))
 
     def truth(self, key: Hashable) -> str | None:
         """The action that completes job `key` in the regime of the latest task (None: not a job)."""
@@ -179,9 +205,23 @@ class ControlledDrift(EnvironmentBase):
     def _regime_at(self, t: int) -> tuple[str, ...]:
         return self._regimes[max(bisect_right(self._starts, t) - 1, 0)]
 
+    def _correct(self, t: int, key: int) -> str:
+        """Job `key`'s action at time `t`: its phase's, or where random reversals run, the schedule's."""
+        if self._schedule is not None:
+            return self._schedule.at(key, t)
+        return self._regime_at(t)[key]
+
     def _completes(self, t: int, key: Any, action: str) -> bool:
         """Executing `action` on job `key` at time `t`: the one place success is decided."""
-        return self._regime_at(t)[key] == action
+        return self._correct(t, key) == action
+
+    def _reported(self, success: bool, u: float | None) -> bool:
+        """What the agent is told about an execution (`u`: its noise draw, None without noise)."""
+        return success if u is None else self.outcome_noise.report(success, u)
+
+    def _trial_outcome(self, success: bool) -> bool:
+        """A trial's execution as reported: misreported like an episode's, drawing from the trial RNG."""
+        return self._reported(success, self._trial_rng.random() if self.outcome_noise.active else None)
 
     def _draw_regimes(self, rng: random.Random) -> list[tuple[str, ...]]:
         """One regime per phase; a changed job avoids every action it has had, while one is left."""

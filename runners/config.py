@@ -76,7 +76,9 @@ class RunConfig:
     run concurrently. `progress`: None shows a bar only on a terminal. `plan`: print what the run would
     cost (`runners.plan`) instead of running it. `max_episodes`: stop every stream after that many
     episodes (a quick try; None runs the whole stream). `log_prompts`: keep every prompt in the episode
-    log (None: the backend's default, `default_log_prompts`)."""
+    log (None: the backend's default, `default_log_prompts`). `max_evidence`: show the model at most that
+    many retrieved items per decision, the most recent (the same evidence budget for every method; None:
+    all)."""
 
     env: Any = MISSING
     memory: Any = MISSING
@@ -89,6 +91,7 @@ class RunConfig:
     plan: bool = False
     max_episodes: Optional[int] = None  # noqa: UP045
     log_prompts: Optional[bool] = None  # noqa: UP045
+    max_evidence: Optional[int] = None  # noqa: UP045
 
 
 def register() -> None:
@@ -147,6 +150,7 @@ class RunSpec:
     plan: bool
     max_episodes: int | None
     log_prompts: bool
+    max_evidence: int | None
     env: Component
     memory: Component
     llm: Component
@@ -189,6 +193,9 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
     max_episodes = resolved.get("max_episodes")  # absent from a logged config (meta.json) of a full run
     if max_episodes is not None and max_episodes < 1:
         raise ConfigError(f"max_episodes={max_episodes}: must be >= 1 (null runs the whole stream)")
+    max_evidence = resolved.get("max_evidence")  # absent from a logged config of a run without a cap
+    if max_evidence is not None and max_evidence < 1:
+        raise ConfigError(f"max_evidence={max_evidence}: must be >= 1 (null shows all retrieved evidence)")
     check_dir_name("name", resolved["name"])
     if not resolved.get("plan"):  # a plan writes nothing (checking the folder creates it)
         check_results_dir(resolved["results_dir"])
@@ -206,6 +213,7 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
         plan=bool(resolved.get("plan", False)),  # absent from a logged config (meta.json)
         max_episodes=max_episodes,
         log_prompts=log_prompts,
+        max_evidence=max_evidence,
         config=config,
         **components,
     )

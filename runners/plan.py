@@ -205,7 +205,13 @@ def plan(spec: RunSpec) -> Plan:
         sampled = len(
             asyncio.run(
                 run_stream(
-                    env, spec.memory.build(), dry, seed=first, labels={}, max_episodes=spec.max_episodes
+                    env,
+                    spec.memory.build(),
+                    dry,
+                    seed=first,
+                    labels={},
+                    max_episodes=spec.max_episodes,
+                    max_evidence=spec.max_evidence,
                 )
             ).records
         )

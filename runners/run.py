@@ -285,6 +285,7 @@ async def _run_one(
             on_episode=slog.append,
             progress=bar,
             max_episodes=spec.max_episodes,
+            max_evidence=spec.max_evidence,
             log_prompts=spec.log_prompts,
         )
     except ReplayMismatch:

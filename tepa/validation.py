@@ -61,6 +61,13 @@ def check_unit(key: str, value: Any) -> float:
     return float(value)
 
 
+def check_between(key: str, value: Any, low: float, high: float) -> float:
+    """A number in [low, high]."""
+    if not low <= check_real(key, value) <= high:
+        raise _fail(key, value, f"in [{low:g}, {high:g}]")
+    return float(value)
+
+
 def check_fraction(key: str, value: Any) -> float:
     """A number in (0, 1]: a share of something that must not be empty."""
     if not 0.0 < check_real(key, value) <= 1.0:

@@ -225,6 +225,7 @@ def test_quick_run_writes_the_json_and_the_report(tmp_path, monkeypatch):
         "end_to_end",
         "scaling",
         "reproduce",
+        "map",
         "targets",
     }
     assert set(report["memory_ops"]["methods"]) == set(bench_agent.PAPER_MEMORIES)
@@ -237,10 +238,29 @@ def test_quick_run_writes_the_json_and_the_report(tmp_path, monkeypatch):
     assert ratio["value"] == tokens["tepa_rev"]["mean_prompt_tokens"] / tokens["lww"]["mean_prompt_tokens"]
     assert ratio["met"] == (ratio["value"] <= 1.2)
     assert targets["make reproduce: wall seconds"]["met"] is None
+    assert report["map"] == {"skipped": "--quick"} and targets["make map: wall seconds"]["met"] is None
     md = (tmp_path / "r" / "bench.md").read_text()
     for figure in targets:
         assert f"| {figure} |" in md
     assert "| memoryagentbench |" in md and "not timed" in md
+    assert "`make map`: not timed (--quick)." in md
+
+
+def test_the_map_timing_runs_the_makefile_recipe_into_another_results_dir():
+    from runners.bench.map_timing import map_commands
+
+    runs, hypothesis, analysis = map_commands("/tmp/x")
+    assert runs[1:] == ["-m", "runners.map", "results_dir=/tmp/x", "progress=false"]
+    assert hypothesis[1:] == ["-m", "runners.map", "--map", "noise_hypothesis",
+                              "results_dir=/tmp/x/noise_hypothesis", "progress=false"]  # fmt: skip
+    assert analysis[1:] == [
+        "-m",
+        "analysis.map",
+        "--out",
+        "/tmp/x",
+        "--hypothesis",
+        "/tmp/x/noise_hypothesis",
+    ]
 
 
 @pytest.mark.parametrize("argv", [["--repeats", "0"], ["--episodes", "30"], ["--scaling-window", "1"]])

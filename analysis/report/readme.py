@@ -107,7 +107,8 @@ def _table_parts(table: Table) -> list[str]:
 
 def _companions(root: Path) -> list[str]:
     """Reports written by other commands into the same folder: the benchmark table (`make bench`)
-    verbatim, and links to the reader's calibration and sensitivity analysis (`make calibrate`)."""
+    verbatim, links to the reader's calibration and sensitivity analysis (`make calibrate`), and the
+    robustness map's findings (`make map`)."""
     parts = []
     links = [f"[{name}]({name})" for name in ("calibration.md", "sensitivity.md") if (root / name).is_file()]
     if links:
@@ -116,6 +117,13 @@ def _companions(root: Path) -> list[str]:
             "How the reader's parameters were calibrated, and which results change when they move: "
             + ", ".join(links)
             + ".\n",
+        ]
+    robustness = root / "map" / "summary.md"  # written by `make map` (python -m analysis.map)
+    if robustness.is_file():
+        parts += [
+            "## Beyond the paper: when revocation pays (the robustness map, `make map`)\n",
+            robustness.read_text(encoding="utf-8"),
+            "Figures, tables and definitions: [map/README.md](map/README.md).\n",
         ]
     bench = root / "bench.md"
     if bench.is_file():

@@ -38,6 +38,11 @@ from their own RNG, so they never touch the stream or the main sandbox:
   precedent broke nothing). Candidate invocations touch only their own job's files, so this bites
   on free-form actions, e.g. one that overwrites another job's input.
 A precedent whose key is not a job or whose value is not a command line fails every trial.
+
+Two perturbations, both off by default (`envs.perturbation` defines them exactly): outcome noise
+(`noise`, `false_success`: a right invocation reported failed, a wrong one reported succeeded; scoring
+uses the true outcome) and random reversals (`reversal_rate`: a per-tool hazard per episode; a reversal
+returns the tool to its previous version, or from its first version to another its jobs offer).
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from envs.base import MAX_KEYS, TRIAL_KINDS, EnvironmentBase, Outcome, Task
 from envs.executable_drift.sandbox import Layout, Refused, Sandbox, check_invocation, split_invocation
 from envs.executable_drift.tools import FLAVOURS, TOOLS, VERSIONS, Tool, subject_for
 from envs.executable_drift.worker import SharedToolWorker, ToolFn
+from envs.perturbation import OutcomeNoise, ReversalSchedule, check_reversal_rate
 from tepa.evidence import Observation
 from tepa.validation import check_fraction, check_int
 
@@ -102,6 +108,9 @@ class ExecutableDrift(EnvironmentBase):
         tools: Iterable[str] | None = None,
         extra_tools: Mapping[str, ToolFn] | None = None,
         sandbox_dir: str | None = None,
+        noise: float = 0.0,
+        false_success: float | None = None,
+        reversal_rate: float = 0.0,
     ) -> None:
         self.n_keys = check_int("n_keys", n_keys, 2, MAX_KEYS)
         self.n_actions = check_int("n_actions", n_actions, 2, len(FLAVOURS))
@@ -110,6 +119,8 @@ class ExecutableDrift(EnvironmentBase):
         if isinstance(time_limit, bool) or not isinstance(time_limit, Real) or not 0 < time_limit < math.inf:
             raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
         self.time_limit = float(time_limit)
+        self.outcome_noise = OutcomeNoise(noise, false_success)
+        self.reversal_rate = check_reversal_rate(reversal_rate)
         self._tools = _tools(tools)
         extra = dict(extra_tools or {})
         clash = sorted(set(extra) & set(TOOLS))
@@ -126,6 +137,8 @@ class ExecutableDrift(EnvironmentBase):
         self._seed: int | None = None
         self._jobs: dict[int, Job] = {}
         self._regimes: list[dict[str, str]] = []
+        self._schedule: ReversalSchedule | None = None  # random reversals, when reversal_rate > 0
+        self._noise: list[float] = []  # per-episode draws of the outcome noise, when there is noise
         self._layout = Layout({}, frozenset())
         self._trial_rng = random.Random(0)
         self._now = 0
@@ -174,6 +187,17 @@ class ExecutableDrift(EnvironmentBase):
             [out for job in self._jobs.values() for out in job.tool.outputs(job.subject)],
         )
         self._trial_rng = random.Random(f"{self.name}/{self._seed}/trials")
+        self._schedule = None
+        if self.reversal_rate > 0:
+            self._schedule = ReversalSchedule(
+                [i * self.phase_length for i in range(len(PHASES))],
+                self._regimes,
+                chosen,
+                self.reversal_rate,
+                len(self),
+                random.Random(f"{self.name}/{self._seed}/reversals"),
+            )
+        self._noise = self.outcome_noise.draws(random.Random(f"{self.name}/{self._seed}/noise"), len(self))
         self._now = 0
 
     def tasks(self) -> Iterator[Task]:
@@ -197,8 +221,12 @@ class ExecutableDrift(EnvironmentBase):
             self.sandbox, lambda: self._attempt(self.sandbox, job, argv, regime)
         )
         self.sandbox.sweep(self._layout, SANDBOX_BUDGET)
-        text = f'"{action}" succeeded' if success else f'"{action}" failed: {message}'
-        return Outcome(success, (Observation(task.key, action, success, t, text, "outcome"),), message)
+        reported = self._reported(success, self._noise[t] if self._noise else None)
+        if reported != success:
+            message = "" if reported else "the job's check did not pass"
+        text = f'"{action}" succeeded' if reported else f'"{action}" failed: {message}'
+        obs = Observation(task.key, action, reported, t, text, "outcome")
+        return Outcome(success, (obs,), message, reported=reported)
 
     def trial(self, precedent: Any, kind: str) -> bool:
         if kind not in TRIAL_KINDS:
@@ -217,8 +245,10 @@ class ExecutableDrift(EnvironmentBase):
         other = None
         if kind == "contamination":
             other = self._jobs[self._trial_rng.choice([k for k in self._jobs if k != job.key])]
+        # the trial's noise draw, made before it runs, so that a rerun (`_undisturbed`) draws nothing more
+        u = self._trial_rng.random() if self.outcome_noise.active else None
         try:
-            return self._undisturbed(sandbox, lambda: self._run_trial(sandbox, job, argv, kind, other))
+            return self._undisturbed(sandbox, lambda: self._run_trial(sandbox, job, argv, kind, other, u))
         finally:
             sandbox.sweep(self._layout, SANDBOX_BUDGET)
 
@@ -234,21 +264,26 @@ class ExecutableDrift(EnvironmentBase):
         )
 
     def _run_trial(
-        self, sandbox: Sandbox, job: Job, argv: list[str], kind: str, other_job: Job | None
+        self, sandbox: Sandbox, job: Job, argv: list[str], kind: str, other_job: Job | None, u: float | None
     ) -> bool:
         regime = self._regime_at(self._now)
         if kind == "support":
-            return self._attempt(sandbox, job, argv, regime)[0]
+            return self._reported(self._attempt(sandbox, job, argv, regime)[0], u)
         if kind == "counterfactual":
             tool = job.tool.name
             stable, full = self._regimes[0][tool], self._regimes[1][tool]
             other = dict(regime, **{tool: full if regime[tool] == stable else stable})
-            return not self._attempt(sandbox, job, argv, other)[0]
+            return not self._reported(self._attempt(sandbox, job, argv, other)[0], u)
         assert other_job is not None
         other_job.tool.prepare(sandbox, other_job.subject, other_job.fixture)
         self._attempt(sandbox, job, argv, regime)
         correct = other_job.tool.invocation(other_job.subject, regime[other_job.tool.name])
-        return self._attempt(sandbox, other_job, split_invocation(correct), regime, restore_inputs=False)[0]
+        ok = self._attempt(sandbox, other_job, split_invocation(correct), regime, restore_inputs=False)[0]
+        return self._reported(ok, u)
+
+    def _reported(self, success: bool, u: float | None) -> bool:
+        """What the agent is told about an execution (`u`: its noise draw, None without noise)."""
+        return success if u is None else self.outcome_noise.report(success, u)
 
     # ----- beyond the protocol
     def versions_at(self, t: int) -> dict[str, str]:
@@ -354,7 +389,10 @@ class ExecutableDrift(EnvironmentBase):
         )
 
     def _regime_at(self, t: int) -> dict[str, str]:
-        return self._regimes[min(max(t, 0) // self.phase_length, len(PHASES) - 1)]
+        regime = self._regimes[min(max(t, 0) // self.phase_length, len(PHASES) - 1)]
+        if self._schedule is None:
+            return regime
+        return {name: self._schedule.at(name, t) for name in regime}
 
     def _job_of(self, key: Any) -> Job:
         job = _lookup(self._jobs, key)

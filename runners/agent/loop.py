@@ -184,12 +184,21 @@ class _Decision:
     hops: list[list[Evidence]] = field(default_factory=list)
 
 
-async def _decide(task: Task, memory: Memory, ask: Callable[[Task, list[Evidence]], Any]) -> _Decision:
-    """Retrieve, ask and parse: once, or hop by hop for a multi-hop question."""
+def _capped(evidence: list[Evidence], cap: int | None) -> list[Evidence]:
+    """The last `cap` items (all without a cap)."""
+    return evidence if cap is None else evidence[-cap:]
+
+
+async def _decide(
+    task: Task, memory: Memory, ask: Callable[[Task, list[Evidence]], Any], cap: int | None = None
+) -> _Decision:
+    """Retrieve, ask and parse: once, or hop by hop for a multi-hop question. With `cap`, each prompt
+    shows only the last `cap` retrieved items (retrieval returns them oldest first), and only those get
+    feedback."""
     d = _Decision()
     chain = task.multi_hop
     if chain is None:
-        d.evidence = memory.retrieve(Query(key=task.key, text=task.text, t=task.t))
+        d.evidence = _capped(memory.retrieve(Query(key=task.key, text=task.text, t=task.t)), cap)
         d.keys.append(task.key)
         d.hops.append(d.evidence)
         reply = await ask(task, d.evidence)
@@ -201,7 +210,7 @@ async def _decide(task: Task, memory: Memory, ask: Callable[[Task, list[Evidence
         key = (entity, relation)
         text = template.replace("[X]", entity)
         sub = Task(key=key, text=text, phase=task.phase, t=task.t, instructions=task.instructions)
-        evidence = memory.retrieve(Query(key=key, text=sub.text, t=sub.t))
+        evidence = _capped(memory.retrieve(Query(key=key, text=sub.text, t=sub.t)), cap)
         d.evidence.extend(evidence)
         d.keys.append(key)
         d.hops.append(evidence)
@@ -227,6 +236,7 @@ async def run_stream(
     progress: Any = None,
     max_episodes: int | None = None,  # stop after that many episodes (None: the whole stream)
     log_prompts: bool = False,
+    max_evidence: int | None = None,  # show at most that many retrieved items per prompt (None: all)
 ) -> StreamResult:
     """Run one (environment, memory, seed) stream to the end and return its episode records and
     lifecycle events. `on_episode(record, events)` sees each new (not replayed) episode as it ends, so
@@ -271,7 +281,7 @@ async def run_stream(
         i = len(result.records)
         logged = _logged_replies(replay[i]) if i < len(replay) else None
         sent.clear()
-        d = await _decide(task, memory, ask)
+        d = await _decide(task, memory, ask, max_evidence)
         truths = [truth(key) for key in d.keys] if truth is not None else None
         held = evidence_json(d.hops)  # now: acting may change what a memory's own lists hold
         outcome = env.execute(task, d.action)
@@ -279,7 +289,7 @@ async def run_stream(
             memory.observe(obs)
         if outcome.feedback:
             used = [e for e in d.evidence if e.value == d.action] if d.action else []
-            memory.feedback(used, outcome.success, task.t)
+            memory.feedback(used, outcome.told, task.t)
         snap = memory.snapshot()
         last = d.replies[-1]
         hops = d.replies if len(d.replies) > 1 else None  # totals over hops; one reply is its own total

@@ -111,6 +111,7 @@ def replay_decision(run_dir: str | Path, t: int) -> Decision:
                 seed=int(config["seed"]),
                 labels=labels,
                 replay=records[:index],
+                max_evidence=spec.max_evidence,
             )
         )
     return decision

@@ -38,6 +38,7 @@ from typing import Any
 from analysis.data.logformat import META, read_meta, verify
 from runners.bench import agent as bench_agent
 from runners.bench import memory as bench_memory
+from runners.bench.map_timing import MAP_BUDGET_S, time_map
 from runners.launch import reproduce
 from runners.registry import build_memory
 from runners.run import PROJECT_ROOT
@@ -84,6 +85,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--scaling-window", type=int, default=30, help="episodes timed at each scaling point")
     parser.add_argument("--skip-reproduce", action="store_true", help="do not time `make reproduce`")
+    parser.add_argument("--skip-map", action="store_true", help="do not time `make map` (about 15 minutes)")
     parser.add_argument(
         "--reproduce-dir",
         type=Path,
@@ -179,6 +181,10 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = lambda msg: None)
             "make reproduce: the Makefile's commands into a temporary results_dir",
             lambda: time_reproduce(args.reproduce_dir),
         )
+    if args.skip_map or args.quick:
+        report["map"] = {"skipped": "--skip-map" if args.skip_map else "--quick"}
+    else:
+        section("map", "make map: the robustness map into a temporary results_dir", time_map)
     report["meta"]["section_seconds"] = took
     report["meta"]["bench_seconds"] = round(sum(took.values()), 1)
     report["meta"]["load_average_end"] = _load()
@@ -299,6 +305,7 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         row("prompt tokens: TEPA-Rev / LWW", tokens["tepa_rev"] / tokens["lww"], "<=", 1.2),
         row("prompt tokens: TEPA-Rev / Append-Only", tokens["tepa_rev"] / tokens["append_only"], "<=", 0.1),
         row("make reproduce: wall seconds", rep.get("wall_s"), "<=", 150),
+        row("make map: wall seconds", report.get("map", {}).get("wall_s"), "<=", MAP_BUDGET_S),
         row("make reproduce: run tree / before the logged samples", _tree_ratio(rep), "<=", 1.5),
         row(
             "verifying every stream / make reproduce wall time",
@@ -388,6 +395,16 @@ def render_markdown(report: dict[str, Any]) -> str:
             continue
         cells = [f"{r['methods'][m]['episodes_per_s']:,.0f}" if m in r["methods"] else "" for m in methods]
         out.append(f"| {env} | {r['episodes_per_s']:,.0f} | " + " | ".join(cells) + " |")
+    robustness = report.get("map", {})
+    if "skipped" in robustness:
+        out += ["", f"`make map`: not timed ({robustness['skipped']})."]
+    elif robustness:
+        total = (
+            f"{robustness['wall_s']:g} s" if "wall_s" in robustness else f"failed ({robustness['failed']})"
+        )
+        steps = ", ".join(f"{k} {v:g} s" for k, v in robustness["steps_s"].items())
+        cpu = f"; {robustness['cpu_s']:g} CPU seconds" if robustness.get("cpu_s") is not None else ""
+        out += ["", f"`make map` wall time: {total} ({steps}{cpu}; budget {MAP_BUDGET_S} s)."]
     rep = report["reproduce"]
     if "skipped" in rep:
         out += ["", f"`make reproduce`: not timed ({rep['skipped']})."]

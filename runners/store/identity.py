@@ -35,8 +35,9 @@ from runners.config import RunSpec
 from runners.registry import HARNESS_KEYS, import_target
 
 GROUPS = ("env", "memory", "llm")
-# Top-level keys that change a stream's episodes (`max_episodes` truncates it): part of its identity.
-RUN_KEYS = ("max_episodes",)
+# Top-level keys that change a stream's episodes (`max_episodes` truncates it, `max_evidence` caps the
+# evidence a prompt shows): part of its identity when set.
+RUN_KEYS = ("max_episodes", "max_evidence")
 _AMBIGUOUS_START = ("[", "{")  # a text value that starts so reads as a list or mapping in a name
 _SAFE = re.compile(r"[A-Za-z0-9_.=+,-]{1,120}")
 _REFERENCE = re.compile(r"\$\{\s*(\.?[A-Za-z_][\w.]*)\s*\}")

@@ -1,0 +1,1 @@
+"""The robustness map's analysis: its runs per cell and method, the tuning choice, tables and figures."""

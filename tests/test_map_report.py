@@ -1,0 +1,119 @@
+"""The map's report (analysis.report.map) on synthetic run summaries whose answers are known: the paired,
+Holm-corrected verdicts against the best simple baseline, winners, the frontier, budgets, the summary."""
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from analysis.map.runs import RULES, point_params
+from analysis.report.map import analyse_map, summary, tables
+
+SEEDS = list(range(10))
+SPEC = {
+    "name": "robustness_map",
+    "experiment": "robustness_map",
+    "env": {"phase_length": 100},
+    "axes": {"env.noise": [0.0, 0.3], "env.reversal_rate": [0.0]},
+    "methods": ["lww", "reactive", "tepa_rev", "oracle_reset"],
+    "eval_seeds": SEEDS,
+    "tuning_seeds": [1000],
+    "tune": {"reactive": {"c": [1, 2]}},
+    "memory_defaults": {
+        "lww": {"top_k": 8},
+        "reactive": {"c": 2, "top_k": 8},
+        "tepa_rev": {"top_k": 8},
+        "oracle_reset": {"top_k": 8},
+    },  # fmt: skip
+}
+# cell 0: TEPA-Rev 0.9 beats Reactive 0.8 on every seed; cell 1: tuned Reactive (c=1) 0.7 beats TEPA-Rev 0.6
+SUCCESS = {
+    (0, "lww", None): 0.5, (0, "reactive", 1): 0.8, (0, "reactive", 2): 0.75, (0, "tepa_rev", None): 0.9,
+    (0, "oracle_reset", None): 0.99,
+    (1, "lww", None): 0.4, (1, "reactive", 1): 0.7, (1, "reactive", 2): 0.5, (1, "tepa_rev", None): 0.6,
+    (1, "oracle_reset", None): 0.99,
+}  # fmt: skip
+TOKENS = {"lww": 120.0, "reactive": 700.0, "tepa_rev": 130.0, "oracle_reset": 600.0}
+
+
+def runs() -> pd.DataFrame:
+    rows = []
+    for (cell, method, c), success in SUCCESS.items():
+        params = point_params(SPEC, method, {} if c is None else {"c": c})
+        seeds = SEEDS + ([1000] if c is not None else [])
+        for seed in seeds:
+            jitter = 0.001 * (seed % 3)
+            rows.append(
+                {
+                    "method": method,
+                    "cell": cell,
+                    "seed": seed,
+                    "params": params,
+                    "success": success + jitter,
+                    "tokens": TOKENS[method],
+                    "revocations": 3,
+                    "success.full_reversal": success,
+                    **{f"{kind}.{rule}": 1 for kind in ("revoked", "revoked_good") for rule in RULES},
+                }  # fmt: skip
+            )
+    return pd.DataFrame(rows)
+
+
+def test_tepa_wins_where_it_is_better_on_every_seed_and_loses_where_a_tuned_rule_is():
+    result = analyse_map(runs(), SPEC)
+    adv = result.advantage[result.advantage["setting"] == "tuned"].set_index("cell")
+    assert list(adv["best"]) == ["reactive", "reactive"]  # Oracle Reset is never the baseline
+    assert np.allclose(adv["diff"], [0.1, -0.1])
+    assert list(adv["verdict"]) == ["wins", "loses"]
+    assert np.allclose(adv["p"], 2 / 2**10) and np.allclose(adv["p_holm"], 2 * 2 / 2**10)
+    # at its defaults (c=2) Reactive scores 0.5 in cell 1: TEPA-Rev wins there
+    defaults = result.advantage[result.advantage["setting"] == "defaults"].set_index("cell")
+    assert np.allclose(defaults["diff"], [0.15, 0.1])
+
+
+def test_capped_runs_form_the_budget_map_and_never_the_tuned_one():
+    frame = runs()
+    capped = frame[frame["method"] == "tepa_rev"].assign(max_evidence=2, success=0.0)
+    both = pd.concat([frame.assign(max_evidence=None), capped], ignore_index=True)
+    result = analyse_map(both, {**SPEC, "evidence_budget": 2})
+    s = result.success.set_index(["setting", "cell", "method"])["success"]
+    assert s[("tuned", 0, "tepa_rev")] > 0.89 and s[("budget", 0, "tepa_rev")] == 0.0
+    budget = result.advantage[result.advantage["setting"] == "budget"]
+    assert list(budget["verdict"]) == []  # no simple baseline ran under the budget: nothing to compare
+    assert analyse_map(both, SPEC).success["setting"].isin(["tuned", "defaults"]).all()  # no budget declared
+
+
+def test_winners_frontier_and_budget():
+    result = analyse_map(runs(), SPEC)
+    tuned = result.winners[result.winners["setting"] == "tuned"]
+    assert list(tuned["winner"]) == ["tepa_rev", "reactive"]  # the oracle does not win cells
+    frontier = result.frontier.set_index(["cell", "method"])["dominated_by"]
+    assert frontier[(0, "reactive")] == "tepa_rev" and frontier[(0, "tepa_rev")] == ""
+    assert frontier[(1, "reactive")] == "" and frontier[(1, "lww")] == ""
+    budget = result.budget.set_index(["budget", "cell"])["winner"]
+    assert budget[(110.0, 1)] == ""  # no method fits 110 tokens
+    assert budget[(130.0, 1)] == "tepa_rev" and budget[(math.inf, 1)] == "reactive"
+
+
+def test_the_summary_states_the_counts_and_tables_cover_every_cell():
+    result = analyse_map(runs(), SPEC)
+    text = "\n".join(summary(result))
+    assert (
+        "TEPA-Rev (tuned) against the best simple baseline (tuned)**, 2 cells, 10 evaluation seeds: " in text
+    )
+    assert "wins in 1, matches in 0, loses in 1" in text
+    assert "Loses: noise=0.3, reversal_rate=0; the rule that beats it there: Reactive (1)." in text
+    names = {t.name: t for t in tables(result)}
+    assert {"map_success", "map_advantage", "map_winners", "map_frontier", "map_budget"} <= set(names)
+    assert len(names["map_advantage"].rows) == 4  # 2 cells x (tuned, defaults)
+
+
+def test_the_results_readme_carries_the_maps_findings_once_the_map_has_run(tmp_path):
+    from analysis.report.readme import _companions
+
+    assert not any("robustness map" in part for part in _companions(tmp_path))
+    (tmp_path / "map").mkdir()
+    (tmp_path / "map" / "summary.md").write_text("- **TEPA-Rev (tuned)** wins in 3\n", encoding="utf-8")
+    parts = _companions(tmp_path)
+    assert any(part.startswith("## Beyond the paper: when revocation pays") for part in parts)
+    assert "- **TEPA-Rev (tuned)** wins in 3\n" in parts and any("map/README.md" in part for part in parts)
