@@ -40,6 +40,7 @@ from analysis.data.validate import unwritable
 from envs.base import Environment
 from runners.llm.backend import Backend
 from runners.registry import HARNESS_KEYS, import_target, require_class
+from runners.retrieval import RetrievalSpec, check_retrieval
 from tepa.protocol import Memory, missing_members
 
 # Keys of a component node that configure the harness, not the class: never passed to the constructor.
@@ -84,6 +85,7 @@ class RunConfig:
     progress: Optional[bool] = None  # noqa: UP045
     plan: bool = False
     max_episodes: Optional[int] = None  # noqa: UP045
+    retrieval: Any = None  # conf/retrieval/: keyed (default), bm25, dense (runners.retrieval)
 
 
 def register() -> None:
@@ -145,6 +147,7 @@ class RunSpec:
     memory: Component
     llm: Component
     config: dict[str, Any]  # the resolved config (env, memory, llm, run keys), secrets never present
+    retrieval: RetrievalSpec = RetrievalSpec()
 
 
 def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
@@ -186,7 +189,10 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
     check_dir_name("name", resolved["name"])
     check_results_dir(resolved["results_dir"])
     components = {g: _component(g, resolved[g], choices.get(g)) for g in ("env", "memory", "llm")}
+    retrieval = _retrieval(resolved.get("retrieval"))
     config = {k: v for k, v in resolved.items() if k not in ("seed", "seeds", "plan")}
+    if retrieval.mode == "keyed":  # the default leaves logged configs as they were
+        config.pop("retrieval", None)
     return RunSpec(
         name=resolved["name"],
         seeds=seeds,
@@ -195,8 +201,20 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
         plan=bool(resolved.get("plan", False)),  # absent from a logged config (meta.json)
         max_episodes=max_episodes,
         config=config,
+        retrieval=retrieval,
         **components,
     )
+
+
+def _retrieval(node: Any) -> RetrievalSpec:
+    for key, value in (node or {}).items() if isinstance(node, dict) else ():
+        problem = secret_problem(key, value) or _number_problem(value)
+        if problem:
+            raise ConfigError(f"retrieval.{key}{problem}")
+    try:
+        return check_retrieval(node)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _component(group: str, node: Any, choice: str | None) -> Component:

@@ -88,7 +88,13 @@ def plan(spec: RunSpec) -> Plan:
         with contextlib.closing(spec.env.build()) as env:
             result = asyncio.run(
                 run_stream(
-                    env, spec.memory.build(), dry, seed=seed, labels={}, max_episodes=spec.max_episodes
+                    env,
+                    spec.memory.build(),
+                    dry,
+                    seed=seed,
+                    labels={},
+                    max_episodes=spec.max_episodes,
+                    ranker=spec.retrieval.ranker(),
                 )
             )
         decisions += len(result.records)

@@ -173,6 +173,7 @@ async def run_spec(spec: RunSpec, variant: Variant | None = None) -> RunSummary:
     try:
         for seed in spec.seeds:
             parts[seed] = [spec.env.build(), spec.memory.build()]
+        spec.retrieval.ranker()  # the embedding model or endpoint, checked before any episode
         backend = spec.llm.build()
         enabled = spec.progress if spec.progress is not None else sys.stderr.isatty()
         desc = f"{spec.name} {spec.env.label} {spec.memory.label}"
@@ -287,6 +288,7 @@ async def _run_one(
             on_episode=slog.append,
             progress=bar,
             max_episodes=spec.max_episodes,
+            ranker=spec.retrieval.ranker(),
         )
     finally:
         slog.close()

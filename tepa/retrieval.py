@@ -4,6 +4,11 @@ A fair comparison needs one ranking for all methods, so that methods differ only
 retrievable*. With a key, retrieval returns every kept item of that key (chronological, most recent
 last: the prompt then reads like a log). Without a key, items are ranked by BM25 between the query
 text and the evidence text, best `top_k` kept, then put back in chronological order.
+
+Deployed memories do not know a question's key: they rank what they hold by similarity to the query
+text. The retrieval modes (`MODES`) other than `keyed` do that for every method: the agent loop asks
+`similarity_query(...)`, which drops the key and carries a `Ranker` (BM25, or cosine similarity of
+embeddings) that scores each item's `document`, the text a deployed memory would store (never the key).
 """
 
 from __future__ import annotations
@@ -14,12 +19,18 @@ import math
 import operator
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from itertools import count, repeat
+from typing import Protocol
+
+import numpy as np
 
 from tepa.evidence import Evidence, Query
 
 DEFAULT_TOP_K = 8
+#: Retrieval modes: `keyed` (a task's key selects its items; the default), or top-k by similarity to
+#: the query text, ignoring the key: `bm25`, or `dense` (cosine similarity of text embeddings).
+MODES = ("keyed", "bm25", "dense")
 _chronological = operator.attrgetter("t", "ref")
 _TOKEN = re.compile(r"[a-z0-9]+")
 _TOKENS_BY_LIST: dict[tuple[int, int], tuple[list[Evidence], list[tuple[str, ...]]]] = {}  # _evidence_tokens
@@ -152,6 +163,72 @@ def _shape_score(shape: _Shape, idf: dict[str, float], avgdl: float, k1: float, 
     return sum(idf[w] * c * (k1 + 1.0) / (c + norm) for w, c in Counter(hits).items())
 
 
+class Ranker(Protocol):
+    """Scores documents against a query text (higher: more similar). `positive_only`: whether an item
+    must score above 0 to be retrieved (BM25: it shares a term with the query)."""
+
+    positive_only: bool
+
+    def scores(self, query: str, docs: Sequence[str]) -> list[float]: ...
+
+
+def document(e: Evidence) -> str:
+    """What a similarity retrieval compares with the query: the item's text as a deployed memory would
+    store it (its value when it has no text). Never its key: that is what such a memory does not know."""
+    return e.text or e.value
+
+
+def similarity_query(key: Hashable | None, text: str, t: int, ranker: Ranker | None) -> Query:
+    """The query the agent loop asks: by key (`ranker` None, the `keyed` mode), or by similarity of
+    `text` under `ranker`, without the key, so that every method hands all its retrievable items."""
+    return Query(key, text, t) if ranker is None else Query(None, text, t, ranker)
+
+
+class BM25Ranker:
+    """The `bm25` mode: Okapi BM25 between the query text and each item's `document`."""
+
+    positive_only = True
+
+    def scores(self, query: str, docs: Sequence[str]) -> list[float]:
+        return bm25_scores(query, list(docs))
+
+
+class DenseRanker:
+    """The `dense` mode: cosine similarity of embeddings (`embed` returns unit-norm rows, one per text).
+
+    Memory texts repeat (templated observations, the same stored items query after query), so each
+    distinct text is embedded once and its vector kept; a query scores the distinct texts among its
+    documents, not every document.
+    """
+
+    positive_only = False
+
+    def __init__(self, embed: Callable[[list[str]], np.ndarray]) -> None:
+        self._embed = embed
+        self._row: dict[str, int] = {}
+        self._vectors: list[np.ndarray] = []
+        self._matrix: np.ndarray | None = None
+
+    def _rows(self, texts: list[str]) -> list[int]:
+        new = [t for t in dict.fromkeys(texts) if t not in self._row]
+        if new:
+            vectors = self._embed(new)
+            for text, vec in zip(new, vectors, strict=True):
+                self._row[text] = len(self._vectors)
+                self._vectors.append(vec)
+            self._matrix = None
+        return [self._row[t] for t in texts]
+
+    def scores(self, query: str, docs: Sequence[str]) -> list[float]:
+        distinct = list(dict.fromkeys(docs))
+        rows = self._rows([query, *distinct])
+        if self._matrix is None:
+            self._matrix = np.vstack(self._vectors)
+        sims = self._matrix[rows[1:]] @ self._matrix[rows[0]]
+        by_text = dict(zip(distinct, sims.tolist(), strict=True))
+        return [by_text[d] for d in docs]
+
+
 def rank(candidates: Iterable[Evidence], query: Query, top_k: int = DEFAULT_TOP_K) -> list[Evidence]:
     """Select and order retrievable evidence for `query` (see module docstring).
 
@@ -166,17 +243,21 @@ def rank(candidates: Iterable[Evidence], query: Query, top_k: int = DEFAULT_TOP_
     items = list(candidates)
     if not items or top_k <= 0:
         return []
-    scores = _query_scores(query.text, _evidence_tokens(items))
-    best = [items[i] for i in _top(scores, items, top_k)]
+    ranker = query.ranker
+    if ranker is None:
+        scores, positive_only = _query_scores(query.text, _evidence_tokens(items)), True
+    else:
+        scores, positive_only = ranker.scores(query.text, list(map(document, items))), ranker.positive_only
+    best = [items[i] for i in _top(scores, items, top_k, positive_only)]
     return sorted(best, key=_chronological)
 
 
-def _top(scores: list[float], items: list[Evidence], top_k: int) -> list[int]:
-    """Indices of the best `top_k` positive scores: higher score first, then later `t`, then higher
-    `ref`, then earlier position. Only items scoring at least the k-th best score can be among them, so
-    only those are sorted rather than the whole memory."""
+def _top(scores: list[float], items: list[Evidence], top_k: int, positive_only: bool = True) -> list[int]:
+    """Indices of the best `top_k` scores (positive ones only, with `positive_only`): higher score
+    first, then later `t`, then higher `ref`, then earlier position. Only items scoring at least the
+    k-th best score can be among them, so only those are sorted rather than the whole memory."""
     cut = heapq.nlargest(top_k, scores)[-1]
-    if cut > 0.0:
+    if cut > 0.0 or not positive_only:
         picked = [i for i, s in enumerate(scores) if s >= cut]
     else:
         picked = [i for i, s in enumerate(scores) if s > 0.0]

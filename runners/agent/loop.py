@@ -31,8 +31,9 @@ from envs.base import Environment, Task
 from runners.agent.parse import parse_choice, parse_free
 from runners.agent.prompt import labels_for, render
 from runners.llm.backend import Backend, Reply, Request
-from tepa.evidence import Evidence, Query
+from tepa.evidence import Evidence
 from tepa.protocol import EventMemory, Memory, TrialMemory
+from tepa.retrieval import Ranker, similarity_query
 
 # Young-generation collection threshold while streams run (CPython's default: 700).
 STREAM_GC_THRESHOLD = 20_000
@@ -175,12 +176,15 @@ class _Decision:
     replies: list[Reply] = field(default_factory=list)
 
 
-async def _decide(task: Task, memory: Memory, ask: Callable[[Task, list[Evidence]], Any]) -> _Decision:
-    """Retrieve, ask and parse: once, or hop by hop for a multi-hop question."""
+async def _decide(
+    task: Task, memory: Memory, ask: Callable[[Task, list[Evidence]], Any], ranker: Ranker | None
+) -> _Decision:
+    """Retrieve (by key, or by similarity under `ranker`), ask and parse: once, or hop by hop for a
+    multi-hop question."""
     d = _Decision()
     chain = task.multi_hop
     if chain is None:
-        d.evidence = memory.retrieve(Query(key=task.key, text=task.text, t=task.t))
+        d.evidence = memory.retrieve(similarity_query(task.key, task.text, task.t, ranker))
         reply = await ask(task, d.evidence)
         d.replies.append(reply)
         d.action, d.parse_ok = _act(task, reply)
@@ -190,7 +194,7 @@ async def _decide(task: Task, memory: Memory, ask: Callable[[Task, list[Evidence
         key = (entity, relation)
         text = template.replace("[X]", entity)
         sub = Task(key=key, text=text, phase=task.phase, t=task.t, instructions=task.instructions)
-        evidence = memory.retrieve(Query(key=key, text=sub.text, t=sub.t))
+        evidence = memory.retrieve(similarity_query(key, sub.text, sub.t, ranker))
         d.evidence.extend(evidence)
         reply = await ask(sub, evidence)
         d.replies.append(reply)
@@ -213,6 +217,7 @@ async def run_stream(
     on_episode: Callable[[dict[str, Any], list[dict[str, Any]]], None] | None = None,
     progress: Any = None,
     max_episodes: int | None = None,  # stop after that many episodes (None: the whole stream)
+    ranker: Ranker | None = None,  # retrieval by similarity under this ranker (None: by key)
 ) -> StreamResult:
     """Run one (environment, memory, seed) stream to the end and return its episode records and
     lifecycle events. `on_episode(record, events)` sees each new (not replayed) episode as it ends, so
@@ -248,7 +253,7 @@ async def run_stream(
             continue
         i = len(result.records)
         logged = _logged_replies(replay[i]) if i < len(replay) else None
-        d = await _decide(task, memory, ask)
+        d = await _decide(task, memory, ask, ranker)
         outcome = env.execute(task, d.action)
         for obs in outcome.observations:
             memory.observe(obs)

@@ -110,6 +110,7 @@ def replay_decision(run_dir: str | Path, t: int, key: str | None = None) -> Deci
                 seed=int(config["seed"]),
                 labels=labels,
                 replay=records[:index],
+                ranker=spec.retrieval.ranker(),
             )
         )
     return decision
