@@ -19,7 +19,7 @@ import math
 import operator
 import re
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable
 from itertools import count, repeat
 from typing import Protocol
 
@@ -32,6 +32,7 @@ DEFAULT_TOP_K = 8
 #: the query text, ignoring the key: `bm25`, or `dense` (cosine similarity of text embeddings).
 MODES = ("keyed", "bm25", "dense")
 _chronological = operator.attrgetter("t", "ref")
+_TEXT, _T, _REF = operator.attrgetter("text"), operator.attrgetter("t"), operator.attrgetter("ref")
 _TOKEN = re.compile(r"[a-z0-9]+")
 _TOKENS_BY_LIST: dict[tuple[int, int], tuple[list[Evidence], list[tuple[str, ...]]]] = {}  # _evidence_tokens
 _TOKENS_BY_LIST_SIZE = 32
@@ -164,18 +165,24 @@ def _shape_score(shape: _Shape, idf: dict[str, float], avgdl: float, k1: float, 
 
 
 class Ranker(Protocol):
-    """Scores documents against a query text (higher: more similar). `positive_only`: whether an item
-    must score above 0 to be retrieved (BM25: it shares a term with the query)."""
+    """Scores documents against a query text (higher: more similar), one float per document.
+    `positive_only`: whether an item must score above 0 to be retrieved (BM25: it shares a term)."""
 
     positive_only: bool
 
-    def scores(self, query: str, docs: Sequence[str]) -> list[float]: ...
+    def scores(self, query: str, docs: list[str]) -> np.ndarray: ...
 
 
 def document(e: Evidence) -> str:
     """What a similarity retrieval compares with the query: the item's text as a deployed memory would
     store it (its value when it has no text). Never its key: that is what such a memory does not know."""
     return e.text or e.value
+
+
+def _documents(items: list[Evidence]) -> list[str]:
+    """`document` of every item, mapped in C (a similarity query reads every item a memory holds)."""
+    docs = list(map(_TEXT, items))
+    return docs if "" not in docs else list(map(document, items))
 
 
 def similarity_query(key: Hashable | None, text: str, t: int, ranker: Ranker | None) -> Query:
@@ -189,8 +196,8 @@ class BM25Ranker:
 
     positive_only = True
 
-    def scores(self, query: str, docs: Sequence[str]) -> list[float]:
-        return bm25_scores(query, list(docs))
+    def scores(self, query: str, docs: list[str]) -> np.ndarray:
+        return np.asarray(bm25_scores(query, docs), dtype=float)
 
 
 class DenseRanker:
@@ -198,7 +205,7 @@ class DenseRanker:
 
     Memory texts repeat (templated observations, the same stored items query after query), so each
     distinct text is embedded once and its vector kept; a query scores the distinct texts among its
-    documents, not every document.
+    documents and hands each document its text's score.
     """
 
     positive_only = False
@@ -206,27 +213,29 @@ class DenseRanker:
     def __init__(self, embed: Callable[[list[str]], np.ndarray]) -> None:
         self._embed = embed
         self._row: dict[str, int] = {}
-        self._vectors: list[np.ndarray] = []
-        self._matrix: np.ndarray | None = None
+        self._matrix = np.zeros((0, 0), dtype=np.float32)
 
     def _rows(self, texts: list[str]) -> list[int]:
-        new = [t for t in dict.fromkeys(texts) if t not in self._row]
+        new = list(dict.fromkeys(t for t in texts if t not in self._row))
         if new:
-            vectors = self._embed(new)
-            for text, vec in zip(new, vectors, strict=True):
-                self._row[text] = len(self._vectors)
-                self._vectors.append(vec)
-            self._matrix = None
-        return [self._row[t] for t in texts]
+            vectors = np.asarray(self._embed(new), dtype=np.float32)
+            n = len(self._row)
+            if n + len(new) > len(self._matrix):  # grow by doubling: texts arrive a few at a time
+                grown = np.zeros((max(2 * len(self._matrix), n + len(new), 64), vectors.shape[1]), np.float32)
+                if n:
+                    grown[:n] = self._matrix[:n]
+                self._matrix = grown
+            self._matrix[n : n + len(new)] = vectors
+            self._row.update(zip(new, range(n, n + len(new)), strict=True))
+        return list(map(self._row.__getitem__, texts))
 
-    def scores(self, query: str, docs: Sequence[str]) -> list[float]:
-        distinct = list(dict.fromkeys(docs))
+    def scores(self, query: str, docs: list[str]) -> np.ndarray:
+        position = dict.fromkeys(docs)
+        distinct = list(position)
         rows = self._rows([query, *distinct])
-        if self._matrix is None:
-            self._matrix = np.vstack(self._vectors)
         sims = self._matrix[rows[1:]] @ self._matrix[rows[0]]
-        by_text = dict(zip(distinct, sims.tolist(), strict=True))
-        return [by_text[d] for d in docs]
+        position.update(zip(distinct, range(len(distinct)), strict=True))
+        return sims.astype(float)[np.fromiter(map(position.__getitem__, docs), np.intp, len(docs))]
 
 
 def rank(candidates: Iterable[Evidence], query: Query, top_k: int = DEFAULT_TOP_K) -> list[Evidence]:
@@ -245,19 +254,33 @@ def rank(candidates: Iterable[Evidence], query: Query, top_k: int = DEFAULT_TOP_
         return []
     ranker = query.ranker
     if ranker is None:
-        scores, positive_only = _query_scores(query.text, _evidence_tokens(items)), True
+        picked = _top(_query_scores(query.text, _evidence_tokens(items)), items, top_k)
     else:
-        scores, positive_only = ranker.scores(query.text, list(map(document, items))), ranker.positive_only
-    best = [items[i] for i in _top(scores, items, top_k, positive_only)]
-    return sorted(best, key=_chronological)
+        picked = _top_of(ranker.scores(query.text, _documents(items)), items, top_k, ranker.positive_only)
+    return sorted([items[i] for i in picked], key=_chronological)
 
 
-def _top(scores: list[float], items: list[Evidence], top_k: int, positive_only: bool = True) -> list[int]:
-    """Indices of the best `top_k` scores (positive ones only, with `positive_only`): higher score
-    first, then later `t`, then higher `ref`, then earlier position. Only items scoring at least the
-    k-th best score can be among them, so only those are sorted rather than the whole memory."""
+def _top_of(scores: np.ndarray, items: list[Evidence], top_k: int, positive_only: bool) -> list[int]:
+    """`_top` of a ranker's scores (an array; `positive_only`: an item must score above 0), the same
+    order: higher score first, then later `t`, then higher `ref`, then earlier position."""
+    n = len(scores)
+    cut = np.partition(scores, n - min(top_k, n))[n - min(top_k, n)]
+    picked = np.flatnonzero((scores >= cut) & (scores > 0.0) if positive_only else scores >= cut)
+    if len(picked) == 0:
+        return []
+    chosen = operator.itemgetter(*picked.tolist())(items) if len(picked) > 1 else (items[picked[0]],)
+    t = np.fromiter(map(_T, chosen), np.int64, len(chosen))
+    ref = np.fromiter(map(_REF, chosen), np.int64, len(chosen))
+    order = np.lexsort((picked, -ref, -t, -scores[picked]))
+    return picked[order[:top_k]].tolist()
+
+
+def _top(scores: list[float], items: list[Evidence], top_k: int) -> list[int]:
+    """Indices of the best `top_k` positive scores: higher score first, then later `t`, then higher
+    `ref`, then earlier position. Only items scoring at least the k-th best score can be among them, so
+    only those are sorted rather than the whole memory."""
     cut = heapq.nlargest(top_k, scores)[-1]
-    if cut > 0.0 or not positive_only:
+    if cut > 0.0:
         picked = [i for i, s in enumerate(scores) if s >= cut]
     else:
         picked = [i for i, s in enumerate(scores) if s > 0.0]
