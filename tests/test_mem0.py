@@ -42,7 +42,7 @@ def test_a_tiny_controlled_drift_run_with_mem0_works_offline(tiny_run):
     table = pq.read_table(episodes).to_pydict()
     assert len(table["t"]) == 8 and max(table["n_evidence"]) > 0
     meta = json.loads((episodes.parent / "meta.json").read_text())
-    assert meta["identity"]["memory"]["option"] == "mem0"
+    assert meta["identity"]["memory"]["option"] == "mem0" and meta["versions"]["mem0ai"] == "2.2.1"
 
 
 def _extraction(request: dict) -> dict:
