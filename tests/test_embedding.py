@@ -51,6 +51,9 @@ def test_embeddings_are_read_back_from_the_cache_file_instead_of_embedded_again(
     assert np.array_equal(second[:2], first[::-1]) and (again.hits, again.misses) == (2, 1)
     CachedEmbedder(embed, "another model", path)(["a b"])
     assert calls[-1] == ["a b"]  # vectors are kept per model
+    in_memory = CachedEmbedder(embed, "m", None)
+    in_memory(["x y", "x y"]), in_memory(["x y"])
+    assert calls[-1] == ["x y"] and len(calls) == 4  # without a file, each text is still embedded once
 
 
 def test_an_endpoint_embeds_in_batches_in_the_order_asked(stub_server):

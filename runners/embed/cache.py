@@ -15,12 +15,13 @@ import numpy as np
 
 
 class CachedEmbedder:
-    """`embed` with its vectors stored in `path` under `model_id` (None: no file, in memory only)."""
+    """`embed` with its vectors kept in memory and stored in `path` under `model_id` (None: no file)."""
 
     def __init__(self, embed: Callable[[list[str]], np.ndarray], model_id: str, path: str | None) -> None:
         self._embed = embed
         self._model = model_id
         self._conn: sqlite3.Connection | None = None
+        self._memo: dict[str, np.ndarray] = {}
         self.hits = self.misses = 0
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -32,13 +33,17 @@ class CachedEmbedder:
             )
 
     def __call__(self, texts: list[str]) -> np.ndarray:
-        found = self._lookup(texts)
-        missing = [t for t in texts if t not in found]
+        memo = self._memo
+        found = {t: memo[t] for t in texts if t in memo}
+        if len(found) < len(texts):
+            found.update(self._lookup([t for t in dict.fromkeys(texts) if t not in found]))
+        missing = list(dict.fromkeys(t for t in texts if t not in found))
         self.hits += len(texts) - len(missing)
         self.misses += len(missing)
         if missing:
             vectors = np.asarray(self._embed(missing), dtype=np.float32)
             found.update(zip(missing, vectors, strict=True))
+            memo.update(zip(missing, vectors, strict=True))
             if self._conn is not None:
                 rows = [(self._model, t, v.tobytes()) for t, v in zip(missing, vectors, strict=True)]
                 self._conn.executemany("INSERT OR IGNORE INTO embeddings VALUES (?, ?, ?)", rows)
@@ -54,4 +59,5 @@ class CachedEmbedder:
             query = f"SELECT text, vector FROM embeddings WHERE model = ? AND text IN ({marks})"
             for text, blob in self._conn.execute(query, (self._model, *part)):
                 found[text] = np.frombuffer(blob, dtype=np.float32)
+        self._memo.update(found)
         return found
