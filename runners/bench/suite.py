@@ -38,6 +38,7 @@ from analysis.data.integrity import META, read_meta, verify
 from runners import reproduce
 from runners.bench import agent as bench_agent
 from runners.bench import memory as bench_memory
+from runners.bench.retrieval import retrieval_cost
 from runners.registry import build_memory
 from runners.run import PROJECT_ROOT
 
@@ -167,6 +168,13 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = lambda msg: None)
             SCALING_MEMORIES, base=args.scaling_base, window=args.scaling_window, repeats=args.repeats
         ),
     )
+    section(
+        "retrieval",
+        f"retrieval: the preference experiment under keyed, bm25 and dense retrieval, x{args.repeats}",
+        lambda: retrieval_cost(
+            args.repeats, overrides=QUICK_ENV_OVERRIDES["preference_stream"] if args.quick else ()
+        ),
+    )
     if args.skip_reproduce:
         report["reproduce"] = {"skipped": "--skip-reproduce"}
     else:
@@ -281,6 +289,12 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         row("prompt tokens: TEPA-Rev / LWW", tokens["tepa_rev"] / tokens["lww"], "<=", 1.2),
         row("prompt tokens: TEPA-Rev / Append-Only", tokens["tepa_rev"] / tokens["append_only"], "<=", 0.1),
         row("make reproduce: wall seconds", rep.get("wall_s"), "<=", 150),
+        row(
+            "dense retrieval: preference experiment time / keyed",
+            report.get("retrieval", {}).get("ratio_to_keyed", {}).get("dense"),
+            "<=",
+            2,
+        ),
         row(
             "verifying every stream / make reproduce wall time",
             rep.get("verification", {}).get("fraction_of_reproduce"),
