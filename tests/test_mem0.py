@@ -75,3 +75,27 @@ def test_infer_without_an_endpoint_is_refused_naming_the_key(compose):
         Exception, match=r"memory.llm_base_url: infer=true needs an OpenAI-compatible endpoint"
     ):
         compose("memory=mem0", "memory.infer=true")
+
+
+def test_a_stream_stopped_by_a_mem0_failure_resumes_on_rerun(stub_server, tiny_run):
+    calls = []
+
+    def flaky(request: dict) -> dict | StubReply:
+        calls.append(request)
+        if len(calls) == 4:
+            return StubReply(status=400, body={"error": {"message": "bad"}})
+        return _extraction(request)
+
+    stub_server.respond = flaky
+    run = (
+        "memory=mem0",
+        "memory.infer=true",
+        f"memory.llm_base_url={stub_server.base_url}",
+        "memory.llm_model=s",
+    )
+    with pytest.raises(Mem0Error, match=r"^memory=mem0: mem0's add failed at step t=3: LLMError"):
+        tiny_run(*run)
+    stub_server.respond = _extraction
+    results = tiny_run(*run)
+    (meta,) = results.glob("runs/adhoc/controlled_drift/mem0/*/seed=0/meta.json")
+    assert json.loads(meta.read_text())["replayed"] == 3
