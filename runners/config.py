@@ -39,6 +39,7 @@ from omegaconf.errors import OmegaConfBaseException
 from analysis.data.validate import unwritable
 from analysis.record import INT64_MAX
 from envs.base import Environment
+from runners.embed.retrieval import RetrievalSpec, check_retrieval
 from runners.llm.backend import Backend
 from runners.llm.secrets import KEY_SHAPED
 from runners.registry import HARNESS_KEYS, import_target, require_class
@@ -92,6 +93,7 @@ class RunConfig:
     max_episodes: Optional[int] = None  # noqa: UP045
     log_prompts: Optional[bool] = None  # noqa: UP045
     max_evidence: Optional[int] = None  # noqa: UP045
+    retrieval: Any = None  # conf/retrieval/: keyed (default), bm25, dense (runners.embed.retrieval)
 
 
 def register() -> None:
@@ -155,6 +157,7 @@ class RunSpec:
     memory: Component
     llm: Component
     config: dict[str, Any]  # the resolved config (env, memory, llm, run keys), secrets never present
+    retrieval: RetrievalSpec = RetrievalSpec()
 
 
 def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
@@ -205,6 +208,9 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
         log_prompts = default_log_prompts(components["llm"])
     config = {k: v for k, v in resolved.items() if k not in ("seed", "seeds", "plan")}
     config["log_prompts"] = log_prompts  # as applied, for meta.json
+    retrieval = _retrieval(resolved.get("retrieval"))
+    if retrieval.mode == "keyed":  # the default leaves logged configs as they were
+        config.pop("retrieval", None)
     return RunSpec(
         name=resolved["name"],
         seeds=seeds,
@@ -215,6 +221,7 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
         log_prompts=log_prompts,
         max_evidence=max_evidence,
         config=config,
+        retrieval=retrieval,
         **components,
     )
 
@@ -227,6 +234,17 @@ def default_log_prompts(llm: Component) -> bool:
     from runners.llm.simulated import SimulatedBackend  # here: config is imported before any backend
 
     return not issubclass(llm.cls, SimulatedBackend)
+
+
+def _retrieval(node: Any) -> RetrievalSpec:
+    for key, value in (node or {}).items() if isinstance(node, dict) else ():
+        problem = secret_problem(key, value) or _number_problem(value)
+        if problem:
+            raise ConfigError(f"retrieval.{key}{problem}")
+    try:
+        return check_retrieval(node)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _component(group: str, node: Any, choice: str | None) -> Component:

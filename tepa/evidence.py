@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from numbers import Integral
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from tepa.retrieval import Ranker
 
 
 class Observation(NamedTuple):
@@ -24,11 +27,16 @@ class Observation(NamedTuple):
 
 
 class Query(NamedTuple):
-    """What the agent needs memory for: the task's key when it has one, and its text for ranking."""
+    """What the agent needs memory for: the task's key when it has one, and its text for ranking.
+
+    `ranker` is how a query without a key ranks items against its text (None: BM25 over key, value and
+    text); a similarity retrieval mode (`tepa.retrieval.similarity_query`) sets it and drops the key.
+    """
 
     key: Hashable | None = None
     text: str = ""
     t: int = 0
+    ranker: Ranker | None = None
 
 
 class Evidence(NamedTuple):

@@ -4,6 +4,11 @@ A fair comparison needs one ranking for all methods, so that methods differ only
 retrievable*. With a key, retrieval returns every kept item of that key (chronological, most recent
 last: the prompt then reads like a log). Without a key, items are ranked by BM25 between the query
 text and the evidence text, best `top_k` kept, then put back in chronological order.
+
+Deployed memories do not know a question's key: they rank what they hold by similarity to the query
+text. The retrieval modes (`MODES`) other than `keyed` do that for every method: the agent loop asks
+`similarity_query(...)`, which drops the key and carries a `Ranker` (BM25, or cosine similarity of
+embeddings) that scores each item's `document`, the text a deployed memory would store (never the key).
 """
 
 from __future__ import annotations
@@ -14,13 +19,20 @@ import math
 import operator
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
 from itertools import count, repeat
+from typing import Protocol
+
+import numpy as np
 
 from tepa.evidence import Evidence, Query
 
 DEFAULT_TOP_K = 8
+#: Retrieval modes: `keyed` (a task's key selects its items; the default), or top-k by similarity to
+#: the query text, ignoring the key: `bm25`, or `dense` (cosine similarity of text embeddings).
+MODES = ("keyed", "bm25", "dense")
 _chronological = operator.attrgetter("t", "ref")
+_TEXT, _T, _REF = operator.attrgetter("text"), operator.attrgetter("t"), operator.attrgetter("ref")
 _TOKEN = re.compile(r"[a-z0-9]+")
 _TOKENS_BY_LIST: dict[tuple[int, int], tuple[list[Evidence], list[tuple[str, ...]]]] = {}  # _evidence_tokens
 _TOKENS_BY_LIST_SIZE = 32
@@ -152,6 +164,80 @@ def _shape_score(shape: _Shape, idf: dict[str, float], avgdl: float, k1: float, 
     return sum(idf[w] * c * (k1 + 1.0) / (c + norm) for w, c in Counter(hits).items())
 
 
+class Ranker(Protocol):
+    """Scores documents against a query text (higher: more similar), one float per document.
+    `positive_only`: whether an item must score above 0 to be retrieved (BM25: it shares a term)."""
+
+    positive_only: bool
+
+    def scores(self, query: str, docs: list[str]) -> np.ndarray: ...
+
+
+def document(e: Evidence) -> str:
+    """What a similarity retrieval compares with the query: the item's text as a deployed memory would
+    store it (its value when it has no text). Never its key: that is what such a memory does not know."""
+    return e.text or e.value
+
+
+def _documents(items: list[Evidence]) -> list[str]:
+    """`document` of every item, mapped in C (a similarity query reads every item a memory holds)."""
+    docs = list(map(_TEXT, items))
+    return docs if "" not in docs else list(map(document, items))
+
+
+def similarity_query(key: Hashable | None, text: str, t: int, ranker: Ranker | None) -> Query:
+    """The query the agent loop asks: by key (`ranker` None, the `keyed` mode), or by similarity of
+    `text` under `ranker`, without the key, so that every method hands all its retrievable items."""
+    return Query(key, text, t) if ranker is None else Query(None, text, t, ranker)
+
+
+class BM25Ranker:
+    """The `bm25` mode: Okapi BM25 between the query text and each item's `document`."""
+
+    positive_only = True
+
+    def scores(self, query: str, docs: list[str]) -> np.ndarray:
+        return np.asarray(bm25_scores(query, docs), dtype=float)
+
+
+class DenseRanker:
+    """The `dense` mode: cosine similarity of embeddings (`embed` returns unit-norm rows, one per text).
+
+    Memory texts repeat (templated observations, the same stored items query after query), so each
+    distinct text is embedded once and its vector kept; a query scores the distinct texts among its
+    documents and hands each document its text's score.
+    """
+
+    positive_only = False
+
+    def __init__(self, embed: Callable[[list[str]], np.ndarray]) -> None:
+        self._embed = embed
+        self._row: dict[str, int] = {}
+        self._matrix = np.zeros((0, 0), dtype=np.float32)
+
+    def _rows(self, texts: list[str]) -> list[int]:
+        new = list(dict.fromkeys(t for t in texts if t not in self._row))
+        if new:
+            vectors = np.asarray(self._embed(new), dtype=np.float32)
+            n = len(self._row)
+            if n + len(new) > len(self._matrix):  # grow by doubling: texts arrive a few at a time
+                grown = np.zeros((max(2 * len(self._matrix), n + len(new), 64), vectors.shape[1]), np.float32)
+                if n:
+                    grown[:n] = self._matrix[:n]
+                self._matrix = grown
+            self._matrix[n : n + len(new)] = vectors
+            self._row.update(zip(new, range(n, n + len(new)), strict=True))
+        return list(map(self._row.__getitem__, texts))
+
+    def scores(self, query: str, docs: list[str]) -> np.ndarray:
+        position = dict.fromkeys(docs)
+        distinct = list(position)
+        rows = self._rows([query, *distinct])
+        sims = self._matrix[rows[1:]] @ self._matrix[rows[0]]
+        position.update(zip(distinct, range(len(distinct)), strict=True))
+        return sims.astype(float)[np.fromiter(map(position.__getitem__, docs), np.intp, len(docs))]
+
+
 def rank(candidates: Iterable[Evidence], query: Query, top_k: int = DEFAULT_TOP_K) -> list[Evidence]:
     """Select and order retrievable evidence for `query` (see module docstring).
 
@@ -166,9 +252,27 @@ def rank(candidates: Iterable[Evidence], query: Query, top_k: int = DEFAULT_TOP_
     items = list(candidates)
     if not items or top_k <= 0:
         return []
-    scores = _query_scores(query.text, _evidence_tokens(items))
-    best = [items[i] for i in _top(scores, items, top_k)]
-    return sorted(best, key=_chronological)
+    ranker = query.ranker
+    if ranker is None:
+        picked = _top(_query_scores(query.text, _evidence_tokens(items)), items, top_k)
+    else:
+        picked = _top_of(ranker.scores(query.text, _documents(items)), items, top_k, ranker.positive_only)
+    return sorted([items[i] for i in picked], key=_chronological)
+
+
+def _top_of(scores: np.ndarray, items: list[Evidence], top_k: int, positive_only: bool) -> list[int]:
+    """`_top` of a ranker's scores (an array; `positive_only`: an item must score above 0), the same
+    order: higher score first, then later `t`, then higher `ref`, then earlier position."""
+    n = len(scores)
+    cut = np.partition(scores, n - min(top_k, n))[n - min(top_k, n)]
+    picked = np.flatnonzero((scores >= cut) & (scores > 0.0) if positive_only else scores >= cut)
+    if len(picked) == 0:
+        return []
+    chosen = operator.itemgetter(*picked.tolist())(items) if len(picked) > 1 else (items[picked[0]],)
+    t = np.fromiter(map(_T, chosen), np.int64, len(chosen))
+    ref = np.fromiter(map(_REF, chosen), np.int64, len(chosen))
+    order = np.lexsort((picked, -ref, -t, -scores[picked]))
+    return picked[order[:top_k]].tolist()
 
 
 def _top(scores: list[float], items: list[Evidence], top_k: int) -> list[int]:

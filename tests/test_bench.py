@@ -224,6 +224,7 @@ def test_quick_run_writes_the_json_and_the_report(tmp_path, monkeypatch):
         "prompt_footprint",
         "end_to_end",
         "scaling",
+        "retrieval",
         "reproduce",
         "map",
         "targets",
@@ -239,6 +240,9 @@ def test_quick_run_writes_the_json_and_the_report(tmp_path, monkeypatch):
     assert ratio["met"] == (ratio["value"] <= 1.2)
     assert targets["make reproduce: wall seconds"]["met"] is None
     assert report["map"] == {"skipped": "--quick"} and targets["make map: wall seconds"]["met"] is None
+    dense = targets["dense retrieval: preference experiment time / keyed"]
+    assert dense["value"] == report["retrieval"]["ratio_to_keyed"]["dense"] > 0
+    assert report["retrieval"]["ratio_to_keyed"]["keyed"] == 1.0
     md = (tmp_path / "r" / "bench.md").read_text()
     for figure in targets:
         assert f"| {figure} |" in md

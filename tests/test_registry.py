@@ -18,9 +18,9 @@ from tepa.evidence import Observation, Query
 from tepa.protocol import Memory, TrialMemory
 
 
-def test_the_registry_lists_every_entry_of_the_memory_group_but_the_custom_slot():
+def test_the_registry_lists_every_entry_of_the_memory_group_but_the_custom_slot_and_adapters():
     files = sorted(p.stem for p in MEMORY_DIR.glob("*.yaml"))
-    assert memory_names() == [f for f in files if f != "custom"]
+    assert memory_names() == [f for f in files if f not in ("custom", "mem0")]
     assert {"tepa_rev", "lww", "tepa_rev_facts"} <= set(memory_names())
 
 

@@ -35,8 +35,9 @@ from runners.agent.parse import parse_choice, parse_free
 from runners.agent.prompt import labels_for, render
 from runners.agent.sample import evidence_json, options_json, prompt_json, truth_json
 from runners.llm.backend import Backend, Reply, Request
-from tepa.evidence import Evidence, Query
+from tepa.evidence import Evidence
 from tepa.protocol import EventMemory, Memory, TrialMemory
+from tepa.retrieval import Ranker, similarity_query
 
 # Young-generation collection threshold while streams run (CPython's default: 700).
 STREAM_GC_THRESHOLD = 20_000
@@ -190,15 +191,19 @@ def _capped(evidence: list[Evidence], cap: int | None) -> list[Evidence]:
 
 
 async def _decide(
-    task: Task, memory: Memory, ask: Callable[[Task, list[Evidence]], Any], cap: int | None = None
+    task: Task,
+    memory: Memory,
+    ask: Callable[[Task, list[Evidence]], Any],
+    ranker: Ranker | None = None,
+    cap: int | None = None,
 ) -> _Decision:
-    """Retrieve, ask and parse: once, or hop by hop for a multi-hop question. With `cap`, each prompt
-    shows only the last `cap` retrieved items (retrieval returns them oldest first), and only those get
-    feedback."""
+    """Retrieve (by key, or by similarity under `ranker`), ask and parse: once, or hop by hop for a
+    multi-hop question. With `cap`, each prompt shows only the last `cap` retrieved items (retrieval
+    returns them oldest first), and only those get feedback."""
     d = _Decision()
     chain = task.multi_hop
     if chain is None:
-        d.evidence = _capped(memory.retrieve(Query(key=task.key, text=task.text, t=task.t)), cap)
+        d.evidence = _capped(memory.retrieve(similarity_query(task.key, task.text, task.t, ranker)), cap)
         d.keys.append(task.key)
         d.hops.append(d.evidence)
         reply = await ask(task, d.evidence)
@@ -210,7 +215,7 @@ async def _decide(
         key = (entity, relation)
         text = template.replace("[X]", entity)
         sub = Task(key=key, text=text, phase=task.phase, t=task.t, instructions=task.instructions)
-        evidence = _capped(memory.retrieve(Query(key=key, text=sub.text, t=sub.t)), cap)
+        evidence = _capped(memory.retrieve(similarity_query(key, sub.text, sub.t, ranker)), cap)
         d.evidence.extend(evidence)
         d.keys.append(key)
         d.hops.append(evidence)
@@ -237,6 +242,7 @@ async def run_stream(
     max_episodes: int | None = None,  # stop after that many episodes (None: the whole stream)
     log_prompts: bool = False,
     max_evidence: int | None = None,  # show at most that many retrieved items per prompt (None: all)
+    ranker: Ranker | None = None,  # retrieval by similarity under this ranker (None: by key)
 ) -> StreamResult:
     """Run one (environment, memory, seed) stream to the end and return its episode records and
     lifecycle events. `on_episode(record, events)` sees each new (not replayed) episode as it ends, so
@@ -281,7 +287,7 @@ async def run_stream(
         i = len(result.records)
         logged = _logged_replies(replay[i]) if i < len(replay) else None
         sent.clear()
-        d = await _decide(task, memory, ask, max_evidence)
+        d = await _decide(task, memory, ask, ranker, max_evidence)
         truths = [truth(key) for key in d.keys] if truth is not None else None
         held = evidence_json(d.hops)  # now: acting may change what a memory's own lists hold
         outcome = env.execute(task, d.action)

@@ -112,6 +112,7 @@ def replay_decision(run_dir: str | Path, t: int) -> Decision:
                 labels=labels,
                 replay=records[:index],
                 max_evidence=spec.max_evidence,
+                ranker=spec.retrieval.ranker(),
             )
         )
     return decision

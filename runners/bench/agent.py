@@ -38,7 +38,12 @@ def _run(spec: RunSpec, seed: int, env: Any = None) -> list[dict[str, Any]]:
     with contextlib.closing(spec.env.build() if env is None else env) as env:
         result = asyncio.run(
             run_stream(
-                env, spec.memory.build(), spec.llm.build(), seed=seed, labels={"memory": spec.memory.label}
+                env,
+                spec.memory.build(),
+                spec.llm.build(),
+                seed=seed,
+                labels={"memory": spec.memory.label},
+                ranker=spec.retrieval.ranker(),
             )
         )
     return result.records

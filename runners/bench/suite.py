@@ -39,6 +39,7 @@ from analysis.data.logformat import META, read_meta, verify
 from runners.bench import agent as bench_agent
 from runners.bench import memory as bench_memory
 from runners.bench.map_timing import MAP_BUDGET_S, time_map
+from runners.bench.retrieval import retrieval_cost
 from runners.launch import reproduce
 from runners.registry import build_memory
 from runners.run import PROJECT_ROOT
@@ -171,6 +172,13 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = lambda msg: None)
         f"scaling: {args.scaling_base} x (1, 10, 100) episodes, x{args.repeats}",
         lambda: bench_agent.scaling(
             SCALING_MEMORIES, base=args.scaling_base, window=args.scaling_window, repeats=args.repeats
+        ),
+    )
+    section(
+        "retrieval",
+        f"retrieval: the preference experiment under keyed, bm25 and dense retrieval, x{args.repeats}",
+        lambda: retrieval_cost(
+            args.repeats, overrides=QUICK_ENV_OVERRIDES["preference_stream"] if args.quick else ()
         ),
     )
     if args.skip_reproduce:
@@ -307,6 +315,12 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         row("make reproduce: wall seconds", rep.get("wall_s"), "<=", 150),
         row("make map: wall seconds", report.get("map", {}).get("wall_s"), "<=", MAP_BUDGET_S),
         row("make reproduce: run tree / before the logged samples", _tree_ratio(rep), "<=", 1.5),
+        row(
+            "dense retrieval: preference experiment time / keyed",
+            report.get("retrieval", {}).get("ratio_to_keyed", {}).get("dense"),
+            "<=",
+            2,
+        ),
         row(
             "verifying every stream / make reproduce wall time",
             rep.get("verification", {}).get("fraction_of_reproduce"),

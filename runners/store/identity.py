@@ -32,6 +32,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from runners.compose import compose_config
 from runners.config import RunSpec
+from runners.embed.retrieval import KEYS as RETRIEVAL_KEYS
+from runners.embed.retrieval import OPERATIONAL as RETRIEVAL_OPERATIONAL
 from runners.registry import HARNESS_KEYS, import_target
 
 GROUPS = ("env", "memory", "llm")
@@ -77,6 +79,7 @@ def variant_of(cfg: DictConfig, choices: Mapping[str, str | None], conf_dir: str
     for key in RUN_KEYS:
         if cfg.get(key) != base.get(key):
             overrides[key] = cfg.get(key)
+    overrides.update(_retrieval_overrides(cfg, base))
     return Variant(_dirname(overrides), overrides, options, frozenset(chosen))
 
 
@@ -96,9 +99,32 @@ def stream_identity(spec: RunSpec, seed: int, variant: Variant | None, data: Any
     for key in RUN_KEYS:
         if getattr(spec, key) is not None:  # unset keys leave the identity of existing runs as it was
             identity[key] = getattr(spec, key)
+    retrieval = spec.retrieval.identity()
+    if retrieval is not None:  # keyed retrieval leaves the identity of existing runs as it was
+        identity["retrieval"] = retrieval
     if data is not None:
         identity["data"] = data
     return identity
+
+
+def _retrieval_overrides(cfg: DictConfig, base: DictConfig) -> dict[str, Any]:
+    """The retrieval keys (`retrieval.mode`, `retrieval.model`, ...) in which `cfg` differs from `base`,
+    operational keys aside; a key at its mode's default is named only when both have that mode."""
+
+    def values(c: DictConfig) -> tuple[str, dict[str, Any]]:
+        node = c.get("retrieval")
+        node = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+        node = {"mode": node} if isinstance(node, str) else node or {"mode": "keyed"}
+        mode = node.get("mode", "keyed")
+        return mode, {k: v for k, v in node.items() if k not in RETRIEVAL_OPERATIONAL}
+
+    (mode, ours), (their_mode, theirs) = values(cfg), values(base)
+    defaults = RETRIEVAL_KEYS.get(mode, {}) if mode != their_mode else {}
+    return {
+        f"retrieval.{k}": ours.get(k)
+        for k in sorted(set(ours) | set(theirs))
+        if ours.get(k) != theirs.get(k) and not (k in defaults and ours.get(k) == defaults[k])
+    }
 
 
 @functools.lru_cache(maxsize=64)
