@@ -62,7 +62,7 @@ figures: $(STAMP) ## tables, figures and results/README.md from results/runs
 
 # Benchmarks (memory-operation throughput, prompt footprint, end to end, scaling, make reproduce's wall
 # time) into results/bench.json and results/bench.md, then results/README.md picks up the table.
-bench: $(STAMP) ## benchmarks into results/bench.{json,md}
+bench: $(STAMP) $(ADAPTERS_STAMP) ## benchmarks into results/bench.{json,md}
 	$(BIN)/python -m runners.bench --out results/bench.json
 	@if [ -d results/runs ]; then $(MAKE) figures; else echo "results/runs is empty: run make reproduce for the report"; fi
 
