@@ -167,9 +167,9 @@ def test_scaling_reports_costs_and_slopes_per_method():
 def test_reproduce_times_what_the_makefile_runs():
     recipe = (ROOT / "Makefile").read_text().split("\nreproduce:")[1].split("\n\n")[0]
     assert "$(BIN)/python -m runners.launch.reproduce --results-dir results" in recipe
-    experiments, analysis = bench.reproduce_commands("/somewhere")
-    assert experiments == reproduce.steps("/somewhere")
-    assert analysis[1:] == ["-m", "analysis", "--runs", "/somewhere/runs", "--out", "/somewhere", "--quiet"]
+    experiments, analysis = bench.reproduce_commands("results_tmp")
+    assert experiments == reproduce.steps("results_tmp")
+    assert analysis[1:] == ["-m", "analysis", "--runs", "results_tmp/runs", "--out", "results_tmp", "--quiet"]
 
 
 def test_reproduce_timing_skips_guarded_steps_and_reports_a_failure(monkeypatch):
@@ -253,17 +253,17 @@ def test_quick_run_writes_the_json_and_the_report(tmp_path, monkeypatch):
 def test_the_map_timing_runs_the_makefile_recipe_into_another_results_dir():
     from runners.bench.map_timing import map_commands
 
-    runs, hypothesis, analysis = map_commands("/tmp/x")
-    assert runs[1:] == ["-m", "runners.map", "results_dir=/tmp/x", "progress=false"]
+    runs, hypothesis, analysis = map_commands("results_tmp")
+    assert runs[1:] == ["-m", "runners.map", "results_dir=results_tmp", "progress=false"]
     assert hypothesis[1:] == ["-m", "runners.map", "--map", "noise_hypothesis",
-                              "results_dir=/tmp/x/noise_hypothesis", "progress=false"]  # fmt: skip
+                              "results_dir=results_tmp/noise_hypothesis", "progress=false"]  # fmt: skip
     assert analysis[1:] == [
         "-m",
         "analysis.map",
         "--out",
-        "/tmp/x",
+        "results_tmp",
         "--hypothesis",
-        "/tmp/x/noise_hypothesis",
+        "results_tmp/noise_hypothesis",
     ]
 
 
