@@ -16,6 +16,9 @@ COUNTERS = ("promotions", "revocations", "repromotions", "trials", "trial_passes
 #: The logged sample: what the decision's prompt held (JSON text; see EpisodeRecord). Logs written before
 #: these columns existed lack them, which readers take as "not logged".
 SAMPLE = ("options", "evidence", "truth", "prompt")
+#: What the prompt held measured against the truth (`analysis.memory_quality.episode_quality` defines
+#: them); logs written before these columns existed lack them, which readers take as "not logged".
+QUALITY = ("truth_known", "current", "stale", "truth_present", "stale_present", "polluted")
 
 
 class EpisodeRecord(NamedTuple):
@@ -29,6 +32,7 @@ class EpisodeRecord(NamedTuple):
     none); `truth`, one entry per hop, the value the world holds now for that hop's key (null when the
     environment cannot tell), or "" (not JSON) when the environment reports no truth at all; `prompt`,
     "" unless the run logs prompts (`log_prompts`), else one list of chat messages per hop, as sent.
+    The QUALITY fields count the retrieved lines that are current and stale against that truth.
     A NamedTuple: immutable and several times cheaper to build than a frozen dataclass (one per
     episode)."""
 
@@ -60,6 +64,12 @@ class EpisodeRecord(NamedTuple):
     options: str
     evidence: str
     truth: str
+    truth_known: bool
+    current: int
+    stale: int
+    truth_present: bool
+    stale_present: bool
+    polluted: bool
     prompt: str
 
     def row(self, labels: dict[str, str]) -> dict[str, object]:

@@ -24,8 +24,9 @@ from analysis import memory_quality as mq
 from analysis.data.load import load_runs
 from analysis.data.logformat import EPISODES, parquet_bytes
 from analysis.metrics import OVERALL, analyse
-from analysis.record import SAMPLE
+from analysis.record import QUALITY, SAMPLE
 from analysis.report.memory_report import section
+from analysis.staleness import episode_quality, is_stale
 from baselines.append_only import AppendOnly
 from envs.base import EnvironmentBase, Outcome, Task
 from runners.agent.loop import run_stream
@@ -39,10 +40,15 @@ def line(t: int, holds: bool, value: str, support: int | None = None) -> Evidenc
     return Evidence("k", value, holds, t, support=support, conflict=None if support is None else 0)
 
 
+def columns(rows: list[dict[str, object]]) -> dict[str, np.ndarray]:
+    """The analysis' EPISODE_COLUMNS of logged QUALITY fields."""
+    return mq.episode_columns(pa.Table.from_pylist(rows))
+
+
 def quality(hops: list[list[Evidence]], truths: list[str | None]) -> dict[str, float]:
-    return dict(
-        zip(mq.EPISODE_COLUMNS, mq.episode_quality(evidence_json(hops), json.dumps(truths)), strict=True)
-    )
+    """One decision's EPISODE_COLUMNS as the loop logs them and the analysis reads them."""
+    got = columns([episode_quality(hops, truths), episode_quality([[]], ["x"])])
+    return {name: float(values[0]) for name, values in got.items()}
 
 
 # ----------------------------------------------------------------------------------- the definitions
@@ -97,22 +103,25 @@ def test_a_multi_hop_episode_sums_its_hops_and_is_polluted_when_one_hop_is():
 
 
 def test_an_environment_that_reports_no_truth_leaves_every_column_empty():
-    assert all(math.isnan(v) for v in mq.episode_quality(evidence_json([[line(0, True, "a")]]), ""))
+    logged = episode_quality([[line(0, True, "a")]], None)
+    assert logged == dict.fromkeys(QUALITY, False) | {"current": 0, "stale": 0}
+    assert all(np.isnan(values).all() for values in columns([logged, logged]).values())
 
 
 @pytest.mark.parametrize(
-    ("evidence", "truth", "column"),
+    ("column", "value", "message"),
     [
-        ("[[", '["a"]', "evidence"),
-        ('[[[0,"VALID","a"]]]', '["a"]', "evidence"),
-        ("[[]]", "{]", "truth"),
-        ("[[],[]]", '["a"]', "evidence"),
-        ("[[]]", "[1]", "truth"),
+        ("current", "3", "column current must hold integers"),
+        ("polluted", 1, "column polluted must hold booleans"),
+        ("truth_known", None, "column truth_known has 1 null value"),
     ],
 )
-def test_malformed_sample_text_is_a_value_error_naming_the_column(evidence, truth, column):
-    with pytest.raises(ValueError, match=f"^{column}: "):
-        mq.episode_quality(evidence, truth)
+def test_a_malformed_quality_column_is_a_value_error_naming_it(column, value, message):
+    rows = [episode_quality([[line(0, True, "a")]], ["a"]) for _ in range(2)]
+    for row in rows if value is not None else rows[1:]:  # a column of the wrong type, or one null
+        row[column] = value
+    with pytest.raises(ValueError, match=f"^{message}"):
+        columns(rows)
 
 
 values = st.one_of(
@@ -132,8 +141,8 @@ values = st.one_of(
     ),
     st.data(),
 )
-def test_the_substring_counts_agree_with_parsing_the_json_on_any_values(hops, data):
-    """`episode_quality` counts substrings where the text allows it; it must give what parsing gives."""
+def test_the_logged_counts_agree_with_counting_the_logged_evidence_text_by_hand(hops, data):
+    """What the loop logs in QUALITY is what the logged `evidence` and `truth` texts give by hand."""
     evidence = [
         [line(i, holds, value, support) for i, (holds, value, support) in enumerate(hop)] for hop in hops
     ]
@@ -141,21 +150,21 @@ def test_the_substring_counts_agree_with_parsing_the_json_on_any_values(hops, da
         data.draw(st.one_of(st.none(), values, st.sampled_from([e.value for e in hop] or ["a"])))
         for hop in evidence
     ]
-    got = mq.episode_quality(evidence_json(evidence), json.dumps(truths, ensure_ascii=False))
-    expected = _by_hand(evidence, truths)
-    assert np.allclose(got, expected, equal_nan=True)
+    got = quality(evidence, truths)
+    texts = json.loads(evidence_json(evidence)), json.loads(json.dumps(truths, ensure_ascii=False))
+    expected = _by_hand(*texts)
+    assert np.allclose([got[name] for name in mq.EPISODE_COLUMNS], expected, equal_nan=True)
 
 
-def _by_hand(hops: list[list[Evidence]], truths: list[str | None]) -> tuple[float, ...]:
+def _by_hand(hops: list[list[list]], truths: list[str | None]) -> tuple[float, ...]:
+    """The module docstring's definitions over parsed `evidence` lines [t, verdict, value, ...]."""
     known = [(hop, v) for hop, v in zip(hops, truths, strict=True) if v is not None]
     if not known:
         return (0.0, 0.0, math.nan, math.nan, math.nan)
-    current = sum(
-        (e.holds and e.value == v) or (not e.holds and e.value != v) for hop, v in known for e in hop
-    )
+    current = sum(not is_stale(e[1], e[2], v) for hop, v in known for e in hop)
     stale = sum(len(hop) for hop, _ in known) - current
-    true = [sum(e.holds and e.value == v for e in hop) for hop, v in known]
-    other = [sum(e.holds and e.value != v for e in hop) for hop, v in known]
+    true = [sum(e[1] == "VALID" and e[2] == v for e in hop) for hop, v in known]
+    other = [sum(e[1] == "VALID" and e[2] != v for e in hop) for hop, v in known]
     return (current, stale, any(true), any(other), any(o > t for o, t in zip(other, true, strict=True)))
 
 
@@ -312,12 +321,12 @@ def test_log_prompts_keeps_the_messages_sent_and_changes_no_other_column():
 
 
 def test_a_log_written_before_the_sample_existed_analyses_with_memory_metrics_unavailable(tmp_path, caplog):
-    old = [{k: v for k, v in r.items() if k not in SAMPLE} for r in one_key_records()]
+    old = [{k: v for k, v in r.items() if k not in (*SAMPLE, *QUALITY)} for r in one_key_records()]
     write_run(tmp_path, old)
     with caplog.at_level(logging.WARNING):
         logs = load_runs(tmp_path / "runs")
     warnings = [r.getMessage() for r in caplog.records if "memory metrics" in r.getMessage()]
-    why = "logged before episodes recorded their retrieved evidence"
+    why = "logged before episodes recorded what their prompts held"
     assert warnings == [f"memory metrics unavailable for 1 of 1 run(s): {why}"]
     assert logs.episodes[list(mq.EPISODE_COLUMNS)].isna().all().all()
     analysis = analyse(logs)
@@ -339,18 +348,18 @@ def test_an_environment_without_truth_logs_an_empty_truth_and_gets_no_memory_met
     assert analyse(logs).memory.empty
 
 
-def test_a_malformed_sample_stops_the_analysis_with_one_line_naming_the_file(tmp_path):
+def test_a_malformed_quality_column_stops_the_analysis_with_one_line_naming_the_file(tmp_path):
     records = one_key_records()
-    records[2] = records[2] | {"truth": "not json"}
+    records = [r | {"stale": str(r["stale"])} for r in records]
     run = write_run(tmp_path, records)
-    with pytest.raises(ValueError, match=rf"^{run / EPISODES}: row 2: truth: not JSON$"):
+    with pytest.raises(ValueError, match=rf"^{run / EPISODES}: column stale must hold integers$"):
         load_runs(tmp_path / "runs")
 
 
 def test_the_columns_before_the_sample_are_written_as_they_were_without_it(tmp_path):
-    """The sample columns are compressed apart; every other column keeps its bytes and encodings."""
+    """The sample columns are compressed apart; every column before them keeps its bytes and encodings."""
     records = one_key_records()
-    without = [{k: v for k, v in r.items() if k not in SAMPLE} for r in records]
+    without = [{k: v for k, v in r.items() if k not in (*SAMPLE, *QUALITY)} for r in records]
     new, old = (
         pq.ParquetFile(pa.BufferReader(parquet_bytes(r))).metadata.row_group(0) for r in (records, without)
     )
@@ -391,8 +400,8 @@ def test_a_multi_hop_question_logs_each_hops_evidence_and_the_truth_of_the_key_i
     assert env.asked == [("a", "r1"), ("b", "r2")]  # the entity reached at hop 1 keys hop 2
     assert json.loads(rec["truth"]) == ["b", "new c"]
     assert json.loads(rec["evidence"]) == [[[0, "VALID", "b", None, None]], [[1, "VALID", "c", None, None]]]
-    got = dict(zip(mq.EPISODE_COLUMNS, mq.episode_quality(rec["evidence"], rec["truth"]), strict=True))
-    assert (got["current"], got["stale"], got["polluted"]) == (1, 1, 1)
+    assert (rec["current"], rec["stale"], rec["polluted"]) == (1, 1, True)
+    assert _by_hand(json.loads(rec["evidence"]), json.loads(rec["truth"])) == (1, 1, True, True, True)
 
 
 def test_the_partial_log_leaves_out_the_sample_which_replay_rebuilds(tmp_path):
@@ -409,46 +418,3 @@ def test_the_partial_log_leaves_out_the_sample_which_replay_rebuilds(tmp_path):
         run_stream(OneKey(), AppendOnly(), AlwaysA(), seed=0, labels=labels, replay=lines[:4])
     )
     assert resumed.records == records
-
-
-A, B = "a" * 40, "b" * 40  # long enough that texts pass _EXTEND_FROM and extend earlier ones
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    st.lists(
-        st.tuples(st.sampled_from(["k1", "k2"]), st.booleans(), st.sampled_from([A, B, A + "]", "VALID"])),
-        max_size=40,
-    ),
-    st.lists(st.sampled_from([A, B, A + "]"]), min_size=1, max_size=4),
-    st.lists(st.sampled_from([False, False, False, False, True]), max_size=40),
-)
-def test_a_runs_rows_read_together_give_what_each_gives_alone(steps, truths, drops):
-    """Rows that extend an earlier row's lines are counted from that row's counts (episode_columns);
-    the result must be what reading every row alone gives, whatever the keys, values and truths."""
-    kept: dict[str, list[Evidence]] = {"k1": [], "k2": []}
-    evidence, truth = [], []
-    for i, (key, holds, value) in enumerate(steps):
-        if i < len(drops) and drops[i] and kept[key]:
-            kept[key] = kept[key][1:]  # a sliding window: the text no longer extends the last one
-        evidence.append(evidence_json([kept[key]]))
-        truth.append(json.dumps([truths[i % len(truths)]]))
-        kept[key] = [*kept[key], line(i, holds, value)]
-    together = mq.episode_columns(len(steps), evidence, truth)
-    alone = [mq.episode_quality(e, t) for e, t in zip(evidence, truth, strict=True)]
-    for j, name in enumerate(mq.EPISODE_COLUMNS):
-        assert np.allclose(together[name], [row[j] for row in alone], equal_nan=True)
-
-
-def test_a_long_prompt_that_grows_line_by_line_is_counted_exactly_as_the_truth_changes():
-    kept, evidence, truth = [], [], []
-    for i in range(60):
-        evidence.append(evidence_json([kept]))
-        truth.append(json.dumps([A if (i // 10) % 2 else B]))
-        kept = [*kept, line(i, i % 3 != 0, A if i % 2 else B)]
-    assert len(evidence[-1]) > 4 * mq._EXTEND_FROM
-    together = mq.episode_columns(60, evidence, truth)
-    alone = np.array([mq.episode_quality(e, t) for e, t in zip(evidence, truth, strict=True)])
-    for j, name in enumerate(mq.EPISODE_COLUMNS):
-        assert np.allclose(together[name], alone[:, j], equal_nan=True)
-    assert together["stale"][-1] == _by_hand([kept[:-1]], [json.loads(truth[-1])[0]])[1]

@@ -36,7 +36,7 @@ from tqdm import tqdm
 from analysis import memory_quality
 from analysis.data import logformat
 from analysis.data.validate import check_episodes
-from analysis.record import COUNTERS, STATE_COUNTS
+from analysis.record import COUNTERS, QUALITY, STATE_COUNTS
 from analysis.record import LABELS as RUN_LABELS
 
 log = logging.getLogger(__name__)
@@ -52,8 +52,6 @@ _EVENT_PARSING = pj.ParseOptions(explicit_schema=EVENT_SCHEMA, unexpected_field_
 #: The episode columns the analysis uses (see `analysis.record`); the others (task keys, actions, raw
 #: replies) are not read, which keeps loading a full reproduction fast. Counters a run lacks read as 0.
 ANALYSIS_COLUMNS = (*REQUIRED_COLUMNS, "prompt_tokens", *COUNTERS, *STATE_COUNTS)
-#: The sample columns the memory metrics are computed from (read when the log has them, then dropped).
-SAMPLE_COLUMNS = ("evidence", "truth")
 #: Threads reading run files concurrently.
 _READERS = 4
 #: What a label (experiment, env, memory) may be: one plain directory name, as the runner's config allows.
@@ -117,12 +115,13 @@ def find_runs(root: str | Path) -> list[Path]:
 
 
 def read_episodes(run_dir: Path) -> tuple[pa.Table, str]:
-    """The ANALYSIS_COLUMNS of one run's episodes.parquet (those it has) and its memory-quality columns
+    """The ANALYSIS_COLUMNS of one run's episodes.parquet (those it has) with its memory-quality columns
     (`analysis.memory_quality.EPISODE_COLUMNS`) as an Arrow table, and the run's sample status.
 
     One ParquetFile serves both the schema check and the read, single-threaded: files are small and
     load_runs already reads several at once, so the dataset API's and Arrow's thread start-up would
-    cost more than the decoding.
+    cost more than the decoding. The logged sample's long texts are not read: the loop logged what they
+    measure in the QUALITY columns.
     """
     path = run_dir / "episodes.parquet"
     file = pq.ParquetFile(path)
@@ -130,18 +129,18 @@ def read_episodes(run_dir: Path) -> tuple[pa.Table, str]:
     missing = [c for c in REQUIRED_COLUMNS if c not in names]
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
-    sample = [c for c in SAMPLE_COLUMNS if c in names]
-    table = file.read(columns=[c for c in (*ANALYSIS_COLUMNS, *sample) if c in names], use_threads=False)
+    quality = [c for c in QUALITY if c in names]
+    table = file.read(columns=[c for c in (*ANALYSIS_COLUMNS, *quality) if c in names], use_threads=False)
     check_episodes(table, path)
-    texts = [table[c].to_pylist() if c in sample else None for c in SAMPLE_COLUMNS]
     try:
-        quality = memory_quality.episode_columns(table.num_rows, *texts)
+        columns = memory_quality.episode_columns(table)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
-    table = table.drop_columns(sample)
-    for name, values in quality.items():
+    status = memory_quality.sample_status(table)
+    table = table.drop_columns([c for c in quality if c not in ANALYSIS_COLUMNS])
+    for name, values in columns.items():
         table = table.append_column(name, pa.array(values))
-    return table, memory_quality.sample_status(*texts)
+    return table, status
 
 
 def read_events(run_dir: Path) -> pa.Table:
@@ -229,7 +228,7 @@ def _read_run(root: Path, run_dir: Path) -> tuple[str, tuple[pa.Table, str], dic
 def _note_unavailable(runs: pd.DataFrame) -> None:
     """One line per reason some runs have no memory metrics (they are analysed without them)."""
     why = {
-        memory_quality.NOT_LOGGED: "logged before episodes recorded their retrieved evidence",
+        memory_quality.NOT_LOGGED: "logged before episodes recorded what their prompts held",
         memory_quality.NO_TRUTH: "their environment reports no truth",
     }
     for status, reason in why.items():

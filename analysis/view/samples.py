@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from analysis.memory_quality import is_stale
 from analysis.record import SAMPLE
+from analysis.staleness import is_stale
 
 SAMPLE_COLUMNS = SAMPLE  # the columns and their order: analysis.record
 VERDICTS = ("VALID", "FAILED")
@@ -72,7 +72,7 @@ def decode(column: str, text: object) -> tuple[list[Any] | None, bool]:
 def stale_lines(evidence: list[list[list[Any]]], truth: list[str | None]) -> list[list[bool | None]]:
     """Per hop and line: True when the line is stale, False when current, None when the hop's truth is
     unknown (null, or no entry). A line is current when its verdict agrees with the truth of its hop
-    (`analysis.memory_quality.is_stale`)."""
+    (`analysis.staleness.is_stale`)."""
     flags: list[list[bool | None]] = []
     for i, hop in enumerate(evidence):
         now = truth[i] if i < len(truth) else None

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analysis.record import COUNTERS, STATE_COUNTS, TYPES, EpisodeRecord
+from analysis.staleness import episode_quality
 from envs.base import Environment, Task, TruthEnvironment
 from runners.agent.parse import parse_choice, parse_free
 from runners.agent.prompt import labels_for, render
@@ -321,6 +322,7 @@ async def run_stream(
             options=options_json(tuple(task.options)),
             evidence=held,
             truth=truth_json(truths),
+            **episode_quality(d.hops, truths),
             prompt=prompt_json(sent) if log_prompts else "",
         ).row(labels)
         if i < len(replay) and (replay[i]["t"], replay[i]["action"]) != (rec["t"], rec["action"]):
