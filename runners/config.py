@@ -77,7 +77,9 @@ class RunConfig:
     run concurrently. `progress`: None shows a bar only on a terminal. `plan`: print what the run would
     cost (`runners.plan`) instead of running it. `max_episodes`: stop every stream after that many
     episodes (a quick try; None runs the whole stream). `log_prompts`: keep every prompt in the episode
-    log (None: the backend's default, `default_log_prompts`). `max_evidence`: show the model at most that
+    log (None: the backend's default, `default_log_prompts`). `log_samples`: log what each prompt held
+    (options, retrieved lines, truth) and its memory quality; false keeps the log to the episode's
+    outcome (smaller, and no memory metrics). `max_evidence`: show the model at most that
     many retrieved items per decision, the most recent (the same evidence budget for every method; None:
     all)."""
 
@@ -92,6 +94,7 @@ class RunConfig:
     plan: bool = False
     max_episodes: Optional[int] = None  # noqa: UP045
     log_prompts: Optional[bool] = None  # noqa: UP045
+    log_samples: bool = True
     max_evidence: Optional[int] = None  # noqa: UP045
     retrieval: Any = None  # conf/retrieval/: keyed (default), bm25, dense (runners.embed.retrieval)
 
@@ -158,6 +161,7 @@ class RunSpec:
     llm: Component
     config: dict[str, Any]  # the resolved config (env, memory, llm, run keys), secrets never present
     retrieval: RetrievalSpec = RetrievalSpec()
+    log_samples: bool = True
 
 
 def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
@@ -219,6 +223,7 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
         plan=bool(resolved.get("plan", False)),  # absent from a logged config (meta.json)
         max_episodes=max_episodes,
         log_prompts=log_prompts,
+        log_samples=bool(resolved.get("log_samples", True)),  # absent from a logged config of an older run
         max_evidence=max_evidence,
         config=config,
         retrieval=retrieval,

@@ -290,6 +290,7 @@ async def _run_one(
             max_episodes=spec.max_episodes,
             max_evidence=spec.max_evidence,
             log_prompts=spec.log_prompts,
+            log_samples=spec.log_samples,
             ranker=spec.retrieval.ranker(),
         )
     except ReplayMismatch:

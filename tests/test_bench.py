@@ -226,13 +226,14 @@ def test_quick_run_writes_the_json_and_the_report(tmp_path, monkeypatch):
         "scaling",
         "retrieval",
         "reproduce",
+        "samples",
         "map",
         "targets",
     }
     assert set(report["memory_ops"]["methods"]) == set(bench_agent.PAPER_MEMORIES)
     assert report["memory_ops"]["methods"]["lww"]["time_vs_lww"] == 1.0
     assert set(report["end_to_end"]) == set(bench.E2E_ENVS)
-    assert report["reproduce"] == {"skipped": "--skip-reproduce"}
+    assert report["reproduce"] == report["samples"] == {"skipped": "--skip-reproduce"}
     targets = {t["figure"]: t for t in report["targets"]}
     tokens = report["prompt_footprint"]["methods"]
     ratio = targets["prompt tokens: TEPA-Rev / LWW"]
@@ -248,6 +249,16 @@ def test_quick_run_writes_the_json_and_the_report(tmp_path, monkeypatch):
         assert f"| {figure} |" in md
     assert "| memoryagentbench |" in md and "not timed" in md
     assert "`make map`: not timed (--quick)." in md
+
+
+def test_the_sample_cost_times_the_drift_experiments_with_samples_logged_and_not():
+    from runners.bench.samples import sample_cost
+
+    cost = sample_cost(1, bench.tree_bytes, seeds=(0,), overrides=("env.phase_length=5",))
+    assert cost["experiments"] == ["paper_executable", "paper_controlled"] and cost["seeds"] == [0]
+    assert cost["seconds_logged"] > 0 and cost["seconds_unlogged"] > 0
+    assert cost["ratio"] == round(cost["seconds_logged"] / cost["seconds_unlogged"], 3)
+    assert cost["tree_ratio"] > 1  # the logged options, evidence, truth and quality take room
 
 
 def test_the_map_timing_runs_the_makefile_recipe_into_another_results_dir():

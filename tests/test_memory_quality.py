@@ -418,3 +418,17 @@ def test_the_partial_log_leaves_out_the_sample_which_replay_rebuilds(tmp_path):
         run_stream(OneKey(), AppendOnly(), AlwaysA(), seed=0, labels=labels, replay=lines[:4])
     )
     assert resumed.records == records
+
+
+def test_log_samples_false_leaves_out_what_the_prompt_held_and_changes_no_other_column(tmp_path, caplog):
+    labels = {"experiment": "toy", "env": "one_key", "memory": "append_only"}
+    logged = one_key_records()
+    plain = asyncio.run(
+        run_stream(OneKey(), AppendOnly(), AlwaysA(), seed=0, labels=labels, log_samples=False)
+    ).records
+    left_out = {"options", "evidence", "truth", *QUALITY}
+    assert [set(r) for r in plain] == [set(r) - left_out for r in logged]
+    assert plain == [{k: v for k, v in r.items() if k not in left_out} for r in logged]
+    write_run(tmp_path, plain)
+    with caplog.at_level(logging.WARNING):
+        assert load_runs(tmp_path / "runs").runs["sample"].tolist() == [mq.NOT_LOGGED]

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping, Se
 from dataclasses import dataclass, field
 from typing import Any
 
-from analysis.record import COUNTERS, STATE_COUNTS, TYPES, EpisodeRecord
+from analysis.record import COUNTERS, SAMPLE, STATE_COUNTS, TYPES, EpisodeRecord
 from analysis.staleness import episode_quality
 from envs.base import Environment, Task, TruthEnvironment
 from runners.agent.parse import parse_choice, parse_free
@@ -52,6 +52,10 @@ _REPLAYED = {
     name: (int, float) if TYPES[name] is float else (TYPES[name],)
     for name in ("t", "action", "reply", "prompt_tokens", "completion_tokens", "latency", "cached")
 }
+
+
+#: The fields `log_samples=False` leaves out of the log (placeholders for the record, then dropped).
+_UNSAMPLED = dict.fromkeys((n for n in SAMPLE if n != "prompt"), "") | episode_quality([], None)
 
 
 class ReplayMismatch(RuntimeError):
@@ -242,6 +246,7 @@ async def run_stream(
     progress: Any = None,
     max_episodes: int | None = None,  # stop after that many episodes (None: the whole stream)
     log_prompts: bool = False,
+    log_samples: bool = True,  # log what each prompt held and its memory quality (False: leave them out)
     max_evidence: int | None = None,  # show at most that many retrieved items per prompt (None: all)
     ranker: Ranker | None = None,  # retrieval by similarity under this ranker (None: by key)
 ) -> StreamResult:
@@ -289,8 +294,17 @@ async def run_stream(
         logged = _logged_replies(replay[i]) if i < len(replay) else None
         sent.clear()
         d = await _decide(task, memory, ask, ranker, max_evidence)
-        truths = [truth(key) for key in d.keys] if truth is not None else None
-        held = evidence_json(d.hops)  # now: acting may change what a memory's own lists hold
+        if log_samples:
+            truths = [truth(key) for key in d.keys] if truth is not None else None
+            held = evidence_json(d.hops)  # now: acting may change what a memory's own lists hold
+            sample = {
+                "options": options_json(tuple(task.options)),
+                "evidence": held,
+                "truth": truth_json(truths),
+                **episode_quality(d.hops, truths),
+            }
+        else:
+            sample = _UNSAMPLED
         outcome = env.execute(task, d.action)
         for obs in outcome.observations:
             memory.observe(obs)
@@ -319,12 +333,11 @@ async def run_stream(
             truncated=any(r.truncated for r in hops) if hops else bool(last.truncated),
             latency=sum(r.latency for r in hops) if hops else last.latency,
             **{name: int(snap.get(name, 0)) for name in (*STATE_COUNTS, *COUNTERS)},
-            options=options_json(tuple(task.options)),
-            evidence=held,
-            truth=truth_json(truths),
-            **episode_quality(d.hops, truths),
+            **sample,
             prompt=prompt_json(sent) if log_prompts else "",
         ).row(labels)
+        if not log_samples:
+            rec = {k: v for k, v in rec.items() if k not in _UNSAMPLED}
         if i < len(replay) and (replay[i]["t"], replay[i]["action"]) != (rec["t"], rec["action"]):
             raise ReplayMismatch(
                 f"episode {i}: logged (t={replay[i]['t']}, action={replay[i]['action']!r}) but replay gave "

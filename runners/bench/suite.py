@@ -12,7 +12,9 @@ memory-operation benchmark counts CPU time, not wall time. Four benchmarks and o
 plus the wall time of `make reproduce` (its experiments side by side, then the analysis, into a temporary
 results_dir) and, in the same run, the time to verify every stream it wrote against its checksums (what a
 rerun does before it skips a stream, and the analysis before it reads one), as a fraction of that wall time,
-and the size of the run tree it wrote (bytes of results/runs, as `du -sb` counts them).
+and the size of the run tree it wrote (bytes of results/runs, as `du -sb` counts them); and what logging
+each prompt's sample costs it (runners.bench.samples: its drift experiments on a few seeds with
+`log_samples` on and off).
 
 Writes the JSON (`--out`) and a markdown report beside it (`bench.md`) with every figure against its
 target.
@@ -40,6 +42,7 @@ from runners.bench import agent as bench_agent
 from runners.bench import memory as bench_memory
 from runners.bench.map_timing import MAP_BUDGET_S, time_map
 from runners.bench.retrieval import retrieval_cost
+from runners.bench.samples import sample_cost
 from runners.launch import reproduce
 from runners.registry import build_memory
 from runners.run import PROJECT_ROOT
@@ -183,7 +186,17 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = lambda msg: None)
     )
     if args.skip_reproduce:
         report["reproduce"] = {"skipped": "--skip-reproduce"}
+        report["samples"] = {"skipped": "--skip-reproduce"}
     else:
+        section(
+            "samples",
+            f"logged samples: the drift experiments with log_samples on and off, x{args.repeats}",
+            lambda: sample_cost(
+                args.repeats,
+                tree_bytes,
+                **({"seeds": (0,), "overrides": ("env.phase_length=5",)} if args.quick else {}),
+            ),
+        )
         section(
             "reproduce",
             "make reproduce: the Makefile's commands into a temporary results_dir",
@@ -316,6 +329,12 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         row("make map: wall seconds", report.get("map", {}).get("wall_s"), "<=", MAP_BUDGET_S),
         row("make reproduce: run tree / before the logged samples", _tree_ratio(rep), "<=", 1.5),
         row(
+            "make reproduce: wall time with logged samples / without",
+            report.get("samples", {}).get("ratio"),
+            "<=",
+            1.1,
+        ),
+        row(
             "dense retrieval: preference experiment time / keyed",
             report.get("retrieval", {}).get("ratio_to_keyed", {}).get("dense"),
             "<=",
@@ -419,6 +438,16 @@ def render_markdown(report: dict[str, Any]) -> str:
         steps = ", ".join(f"{k} {v:g} s" for k, v in robustness["steps_s"].items())
         cpu = f"; {robustness['cpu_s']:g} CPU seconds" if robustness.get("cpu_s") is not None else ""
         out += ["", f"`make map` wall time: {total} ({steps}{cpu}; budget {MAP_BUDGET_S} s)."]
+    samples = report.get("samples", {})
+    if "ratio" in samples:
+        seeds = ", ".join(map(str, samples["seeds"]))
+        out += [
+            "",
+            f"Logging what each prompt held ({' and '.join(samples['experiments'])}, seeds {seeds}, side by "
+            f"side and then the analysis, as `make reproduce` runs them): {samples['seconds_logged']:g} s "
+            f"with `log_samples=true` against {samples['seconds_unlogged']:g} s without, "
+            f"{samples['ratio']:g} x; the run tree {samples['tree_ratio']:g} x as large.",
+        ]
     rep = report["reproduce"]
     if "skipped" in rep:
         out += ["", f"`make reproduce`: not timed ({rep['skipped']})."]
