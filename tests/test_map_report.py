@@ -170,3 +170,11 @@ def test_the_overall_gap_averages_the_cells_per_seed():
     assert (row["cells"], row["wins"], row["matches"], row["loses"]) == (2, 1, 0, 1)
     assert np.isclose(row["diff"], 0.0) and row["low"] <= 0.0 <= row["high"] and row["n"] == 10
     assert np.isclose(overall.loc[("tepa_rev", "defaults"), "diff"], (0.15 + 0.1) / 2)
+
+
+def test_runs_under_the_evidence_budget_never_choose_a_tuned_point():
+    frame = runs().assign(max_evidence=None)
+    c2 = point_params(SPEC, "reactive", {"c": 2})
+    capped = frame[(frame["params"] == c2) & (frame["seed"] == 1000)].assign(max_evidence=2, success=1.0)
+    both = pd.concat([frame, capped], ignore_index=True)
+    assert choose(both, SPEC) == choose(frame, SPEC) == {(0, "reactive"): {"c": 1}, (1, "reactive"): {"c": 1}}
