@@ -174,7 +174,7 @@ def report(args: argparse.Namespace, drawing: Executor) -> int:
     log.info("computed metrics")
     from_metrics = submit(drawing, metric_jobs(fresh))
     analysis = manifest.merge(fresh, kept)
-    tables = build_tables(analysis)
+    tables = build_tables(analysis, args.out)
     try:
         ablation = ablation_table(fresh, args.runs)
     except ValueError as error:

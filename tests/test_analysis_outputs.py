@@ -223,7 +223,9 @@ def test_the_report_opens_with_the_scorecard_and_paired_tables_show_both_tests(r
     first_table = readme[readme.index("\n|") :]
     assert first_table.startswith("\n| Setting | Phase | Number | Verdict |")
     card = pd.read_csv(out / "tables" / "scorecard.csv")
-    assert len(card) == 23 and set(card["verdict"]) <= {
+    beyond = card[card["experiment"] == "robustness_map"]  # the map's rows: not run, no map here
+    assert len(beyond) == 5 and set(beyond["verdict"]) == {"not run"}
+    assert len(card) == 23 + 5 and set(card["verdict"]) <= {
         "reproduced",
         "direction only",
         "not reproduced",

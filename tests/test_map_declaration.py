@@ -38,10 +38,21 @@ def test_no_evaluation_seed_is_ever_used_for_tuning():
     spec = load_map()
     tune = tuning_jobs(spec)
     assert tune and all(job.seeds == spec.tuning_seeds for job in tune)
-    assert {job.method for job in tune} == set(spec.tune)  # untuned methods never run on tuning seeds
+    # every method runs on the tuning seeds (the best simple baseline is picked there); an untuned one
+    # at its defaults only, a tuned one at its grid points (here its defaults are one of them)
+    assert {job.method for job in tune} == set(spec.methods)
+    untuned = [job for job in tune if job.method not in spec.tune]
+    assert untuned and all(job.params == {} and job.name.endswith("-defaults") for job in untuned)
+    assert len(tune) == len(spec.cells()) * (
+        sum(len(spec.points(m)) for m in spec.tune) + len(set(spec.methods) - set(spec.tune))
+    )
     chosen = {(c, m): spec.points(m)[-1] for c in range(len(spec.cells())) for m in spec.tune}
     evaluate = evaluation_jobs(spec, chosen)
-    assert all(job.seeds == spec.eval_seeds for job in evaluate)
+    assert all(job.seeds == spec.eval_seeds for job in evaluate if job.max_evidence is None)
+    # under the evidence budget on the tuning seeds too, to pick the best baseline there
+    assert all(
+        job.seeds == spec.tuning_seeds + spec.eval_seeds for job in evaluate if job.max_evidence is not None
+    )
     differ = [
         m for m in spec.tune if any(spec.memory_defaults[m][k] != v for k, v in spec.points(m)[-1].items())
     ]
@@ -111,11 +122,16 @@ def test_seeds_shared_by_tuning_and_evaluation_are_refused(tmp_path):
         load_map(declaration(tmp_path, TINY_GRID), ["seeds=[0,1000]"])
     with pytest.raises(ConfigError, match=r"^tuning_seeds=\[\]: must be a non-empty list"):
         load_map(declaration(tmp_path, TINY_GRID, tuning_seeds=()))
+    untuned = tmp_path / "untuned.yaml"  # even with nothing to tune: the best baseline is picked on them
+    untuned.write_text(json.dumps({"experiment": "robustness_map", "tune": {}}), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"^tuning_seeds=None: must be a non-empty list"):
+        load_map(untuned)
 
 
 def test_an_evidence_budget_below_one_is_refused_naming_the_key(tmp_path):
     path = tmp_path / "budget.yaml"
-    path.write_text(json.dumps({"experiment": "robustness_map", "evidence_budget": 0}), encoding="utf-8")
+    body = {"experiment": "robustness_map", "tuning_seeds": [1000], "evidence_budget": 0}
+    path.write_text(json.dumps(body), encoding="utf-8")
     with pytest.raises(ConfigError, match=r"^evidence_budget=0: must be an int >= 1"):
         load_map(path)
 
@@ -137,9 +153,12 @@ def test_bad_input_stops_the_driver_with_one_line_before_any_episode(tmp_path, c
 
 def test_the_noise_hypothesis_runs_every_method_at_its_defaults_at_the_papers_phase_lengths():
     spec = load_map("noise_hypothesis")
-    assert spec.env["phase_length"] == 400 and spec.tune == {} and spec.tuning_seeds == ()
+    assert spec.env["phase_length"] == 400 and spec.tune == {}
+    assert spec.tuning_seeds and not set(spec.tuning_seeds) & set(spec.eval_seeds)
     assert spec.methods == ("no_memory", "append_only", "lww", "tepa_rev")
     assert {"env.noise": 0.0} in spec.cells() and len(spec.cells()) >= 5
-    assert tuning_jobs(spec) == []
+    tune = tuning_jobs(spec)  # every method at its defaults on the tuning seeds: the baseline is picked there
+    assert len(tune) == len(spec.cells()) * 4
+    assert all(not job.params and job.seeds == spec.tuning_seeds for job in tune)
     jobs = evaluation_jobs(spec, {})
     assert len(jobs) == len(spec.cells()) * 4 and all(not job.params for job in jobs)

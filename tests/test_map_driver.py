@@ -28,11 +28,12 @@ def test_a_tiny_map_runs_both_stages_is_analysed_and_resumes(tmp_path, capfd):
     assert run_map(args) == 0
     metas = sorted(out.rglob(META))
     seeds = [json.loads(m.read_text())["seed"] for m in metas]
-    # tuning: 2 cells x 2 points x 1 seed; evaluation: 2 cells x (2 defaults + 1 tuned unless c=2) x 2 seeds
-    assert seeds.count(1000) == 4
+    # tuning seed: 2 cells x (2 points + Reactive's defaults c=2, not a point + TEPA-Rev's defaults), and
+    # 2 cells x 2 methods under the evidence budget; evaluation: defaults, tuned, budget on seeds 0 and 1
+    assert seeds.count(1000) == 2 * (2 + 1 + 1) + 2 * 2
     assert {s for s in seeds if s != 1000} == {0, 1}
     capped = [m for m in metas if "max_evidence=1" in str(m)]
-    assert len(capped) == 2 * 2 * 2  # 2 cells x 2 methods x 2 seeds under the evidence budget
+    assert len(capped) == 2 * 2 * 3  # 2 cells x 2 methods x 3 seeds (1 tuning, 2 evaluation) under the budget
     spec = json.loads((out / "map.json").read_text())
     assert [c["method"] for c in spec["chosen"]] == ["reactive", "reactive"]
     assert analyse(["--out", str(out)]) == 0

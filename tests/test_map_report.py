@@ -5,8 +5,9 @@ import math
 
 import numpy as np
 import pandas as pd
+import pytest
 
-from analysis.map.runs import RULES, point_params
+from analysis.map.runs import RULES, choose, point_params
 from analysis.report.map import analyse_map, summary, tables
 
 SEEDS = list(range(10))
@@ -40,7 +41,7 @@ def runs() -> pd.DataFrame:
     rows = []
     for (cell, method, c), success in SUCCESS.items():
         params = point_params(SPEC, method, {} if c is None else {"c": c})
-        seeds = SEEDS + ([1000] if c is not None else [])
+        seeds = [*SEEDS, 1000]
         for seed in seeds:
             jitter = 0.001 * (seed % 3)
             rows.append(
@@ -99,7 +100,8 @@ def test_the_summary_states_the_counts_and_tables_cover_every_cell():
     result = analyse_map(runs(), SPEC)
     text = "\n".join(summary(result))
     assert (
-        "TEPA-Rev (tuned) against the best simple baseline (tuned)**, 2 cells, 10 evaluation seeds: " in text
+        "TEPA-Rev (tuned) against the best simple baseline (tuned)**, 2 cells, 10 evaluation seeds, the "
+        "baseline picked on the tuning seeds: " in text
     )
     assert "wins in 1, matches in 0, loses in 1" in text
     assert "Loses: noise=0.3, reversal_rate=0; the rule that beats it there: Reactive (1)." in text
@@ -117,3 +119,62 @@ def test_the_results_readme_carries_the_maps_findings_once_the_map_has_run(tmp_p
     parts = _companions(tmp_path)
     assert any(part.startswith("## Beyond the paper: when revocation pays") for part in parts)
     assert "- **TEPA-Rev (tuned)** wins in 3\n" in parts and any("map/README.md" in part for part in parts)
+
+
+def test_the_best_baseline_and_every_tuned_point_are_picked_on_the_tuning_seeds_only():
+    frame = runs()
+    tuning = frame["seed"] == 1000
+    # on the tuning seed LWW is the better simple baseline in cell 1 (0.75 against Reactive's 0.7 at c=1)
+    lww = (frame["method"] == "lww") & (frame["cell"] == 1)
+    frame.loc[lww & tuning, "success"] = 0.75
+    result = analyse_map(frame, SPEC)
+    adv = result.advantage[result.advantage["setting"] == "tuned"].set_index("cell")
+    # on the evaluation seeds Reactive (0.7) beats LWW (0.4): picking there would compare with Reactive
+    assert adv.loc[1, "best"] == "lww" and adv.loc[1, "best_tuning"] == 0.75
+    assert np.isclose(adv.loc[1, "diff"], 0.6 - 0.4)  # scored on the evaluation seeds
+    picked = result.advantage[["setting", "target", "cell", "best", "best_tuning"]]
+    chosen = choose(frame, SPEC)
+    # other numbers in every evaluation log: the picks do not move; the differences do
+    rng = np.random.default_rng(0)
+    swapped = frame.copy()
+    evaluation = ~swapped["seed"].isin(SPEC["tuning_seeds"])
+    swapped.loc[evaluation, "success"] = rng.uniform(0, 1, evaluation.sum())
+    other = analyse_map(swapped, SPEC)
+    pd.testing.assert_frame_equal(other.advantage[picked.columns], picked)
+    assert choose(swapped, SPEC) == chosen
+    assert not np.allclose(other.advantage["diff"], result.advantage["diff"])
+    # other numbers on the tuning seed do move them: the picks are read from there
+    flipped = frame.copy()
+    flipped.loc[lww & tuning, "success"] = 0.1
+    c2 = (flipped["method"] == "reactive") & (flipped["params"] == point_params(SPEC, "reactive", {"c": 2}))
+    flipped.loc[c2 & tuning, "success"] = 0.95
+    again = analyse_map(flipped, SPEC)
+    assert choose(flipped, SPEC) == {(0, "reactive"): {"c": 2}, (1, "reactive"): {"c": 2}}
+    assert list(again.advantage.set_index(["setting", "cell"]).loc["tuned", "best"]) == [
+        "reactive",
+        "reactive",
+    ]
+
+
+def test_a_simple_baseline_without_tuning_seed_runs_stops_the_analysis():
+    frame = runs()
+    frame = frame[~((frame["method"] == "lww") & (frame["seed"] == 1000))]
+    with pytest.raises(ValueError, match=r"^runs: cell 0, lww \(tuned\): no run on every tuning seed"):
+        analyse_map(frame, SPEC)
+
+
+def test_the_overall_gap_averages_the_cells_per_seed():
+    result = analyse_map(runs(), SPEC)
+    overall = result.overall.set_index(["target", "setting"])
+    row = overall.loc[("tepa_rev", "tuned")]
+    assert (row["cells"], row["wins"], row["matches"], row["loses"]) == (2, 1, 0, 1)
+    assert np.isclose(row["diff"], 0.0) and row["low"] <= 0.0 <= row["high"] and row["n"] == 10
+    assert np.isclose(overall.loc[("tepa_rev", "defaults"), "diff"], (0.15 + 0.1) / 2)
+
+
+def test_runs_under_the_evidence_budget_never_choose_a_tuned_point():
+    frame = runs().assign(max_evidence=None)
+    c2 = point_params(SPEC, "reactive", {"c": 2})
+    capped = frame[(frame["params"] == c2) & (frame["seed"] == 1000)].assign(max_evidence=2, success=1.0)
+    both = pd.concat([frame, capped], ignore_index=True)
+    assert choose(both, SPEC) == choose(frame, SPEC) == {(0, "reactive"): {"c": 1}, (1, "reactive"): {"c": 1}}

@@ -7,7 +7,8 @@ cell's values, whose memory parameters are its method's defaults with at most a 
 values, and whose truncation (`max_episodes`) is the map's. Each run is verified against its checksums
 first, as every analysis does.
 
-The choice reads only runs on the tuning seeds: a run on an evaluation seed never decides a parameter.
+The choices read only runs on the tuning seeds: a run on an evaluation seed never decides a parameter
+(`choose`) nor which simple baseline TEPA is compared with (`tuning_scores`).
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def choose(runs: pd.DataFrame, spec: dict[str, Any]) -> dict[tuple[int, str], di
     (ties: the first in grid order). Only runs on tuning seeds are read; a ValueError names a point
     that lacks a tuning seed (stage 1 incomplete)."""
     seeds = set(spec["tuning_seeds"])
-    tuning = runs[runs["seed"].isin(seeds)]
+    tuning = _uncapped(runs[runs["seed"].isin(seeds)])
     chosen = {}
     for cell in range(len(grid_cells(spec["axes"]))):
         for method in spec["methods"]:
@@ -114,6 +115,46 @@ def choose(runs: pd.DataFrame, spec: dict[str, Any]) -> dict[tuple[int, str], di
     return chosen
 
 
+def tuning_scores(
+    runs: pd.DataFrame, spec: dict[str, Any], chosen: dict[tuple[int, str], dict[str, Any]]
+) -> pd.DataFrame:
+    """Mean success over the tuning seeds per (`setting`, cell, method), in the settings of `evaluation`
+    (defaults; tuned: the chosen point, an untuned method's defaults; budget: the chosen point under the
+    map's `evidence_budget`), as column `tuning`. Only runs on tuning seeds are read; a combination is
+    left out unless every tuning seed ran it."""
+    seeds = set(spec["tuning_seeds"])
+    tuning = runs[runs["seed"].isin(seeds)]
+    if "max_evidence" not in tuning:
+        tuning = tuning.assign(max_evidence=None)
+    capped = _capped(tuning)
+    budget = spec.get("evidence_budget")
+    rows = []
+    for (cell, method), group in tuning.groupby(["cell", "method"], sort=True):
+        free, cap = group[~capped[group.index]], group[capped[group.index]]
+        tuned = point_params(spec, method, chosen.get((cell, method), {}))
+        picks = {
+            "defaults": free[free["params"] == point_params(spec, method, {})],
+            "tuned": free[free["params"] == tuned],
+            "budget": cap[(cap["params"] == tuned) & (cap["max_evidence"] == budget)],
+        }
+        for setting, sel in picks.items():
+            if len(sel) and set(sel["seed"]) == seeds:
+                rows.append({"setting": setting, "cell": int(cell), "method": method,
+                             "tuning": float(sel["success"].mean())})  # fmt: skip
+    return pd.DataFrame(rows, columns=["setting", "cell", "method", "tuning"])
+
+
+def _capped(runs: pd.DataFrame) -> pd.Series:
+    """Which runs ran under an evidence budget (`max_evidence` set)."""
+    if "max_evidence" not in runs:
+        return pd.Series(False, index=runs.index)
+    return runs["max_evidence"].notna()
+
+
+def _uncapped(runs: pd.DataFrame) -> pd.DataFrame:
+    return runs[~_capped(runs)]
+
+
 def evaluation(
     runs: pd.DataFrame, spec: dict[str, Any], chosen: dict[tuple[int, str], dict[str, Any]]
 ) -> pd.DataFrame:
@@ -121,7 +162,7 @@ def evaluation(
     twice) or "budget": the tuned map is every method at its chosen point (an untuned method: its
     defaults); the budget map the same with the map's `evidence_budget` as `max_evidence`."""
     runs = runs[runs["seed"].isin(set(spec["eval_seeds"]))]
-    capped = runs["max_evidence"].notna() if "max_evidence" in runs else pd.Series(False, index=runs.index)
+    capped = _capped(runs)
     budget = spec.get("evidence_budget")
     parts = []
     for (cell, method), group in runs.groupby(["cell", "method"], sort=True):

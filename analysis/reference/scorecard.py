@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
@@ -281,6 +282,104 @@ def scorecard(analysis: Analysis) -> pd.DataFrame:
 
 def describe(row: dict) -> str:
     """The row's label: "TEPA-Rev success", "TEPA-Rev - Append-Only p-value" and the like."""
+    if row["metric"] == "map_gap":
+        what = _GAP_TEXT.get(row["phase"], row["phase"])
+        return f"{method_label(row['method'])} ({what}) - best simple baseline ({what})"
+    if row["metric"] == "map_winner":
+        return "winner per cell under a tight prompt budget"
     name = method_label(row["method"]) + (f" - {method_label(row['other'])}" if row["other"] else "")
     metric = {"success": "success", "mpi": "MPI", "diff": "difference", "p": "p-value"}[row["metric"]]
     return f"{name} {metric}"
+
+
+# ----------------------------------------------------------------------------------- beyond the paper
+
+BEYOND = "beyond the paper"
+#: Where the robustness map writes (`make map`, `python -m analysis.map`), relative to results/.
+MAP_DIR = "map"
+_MAP_OVERALL = f"{MAP_DIR}/tables/map_overall.csv"
+_MAP_BUDGET = f"{MAP_DIR}/tables/map_budget.csv"
+#: The map's TEPA variants and settings that get a row, as the map's report names them.
+_MAP_GAPS = (("tepa_rev", "tuned"), ("tepa_full", "tuned"), ("tepa_rev", "budget"), ("tepa_full", "budget"))
+_GAP_TEXT = {"tuned": "tuned", "budget": "tuned, evidence budget"}
+_NO_MEMORY = "no_memory"
+
+
+def beyond_the_paper(root: str | Path) -> pd.DataFrame:
+    """The robustness map's conclusions as scorecard rows, read from what `python -m analysis.map` wrote
+    under `root/map/tables/` ("not run" rows when it has not run): per TEPA variant, tuned and under the
+    evidence budget, the cells it wins / matches / loses against the best simple baseline (picked on the
+    tuning seeds) with the mean gap over the cells and its interval; and the winners of the cells under
+    the tightest prompt budget at which any method with a memory fits."""
+    root = Path(root)
+    overall = _read(root / _MAP_OVERALL)
+    rows = []
+    for target, setting in _MAP_GAPS:
+        record = _map_identity(target, setting, "map_gap")
+        match = (
+            overall[(overall["target"] == target) & (overall["setting"] == setting)]
+            if overall is not None
+            else overall
+        )
+        if match is None or match.empty:
+            rows.append(record | {"verdict": NOT_RUN, "summary": "", "reason": "no map run", "evidence": ""})
+            continue
+        r = match.iloc[0]
+        text = (
+            f"wins {int(r['wins'])}, matches {int(r['matches'])}, loses {int(r['loses'])} of "
+            f"{int(r['cells'])} cells; mean gap {r['diff']:+.3f} [{r['low']:.3f}, {r['high']:.3f}]"
+        )
+        evidence = (
+            f"{MAP_DIR}/figures/map_{target}_advantage{'' if setting == 'tuned' else '_' + setting}.png"
+        )
+        rows.append(
+            record
+            | {"ours": float(r["diff"]), "low": float(r["low"]), "high": float(r["high"]), "n": int(r["n"])}
+            | {"cells": int(r["cells"]), "wins": int(r["wins"]), "loses": int(r["loses"])}
+            | {"verdict": BEYOND, "summary": text, "reason": "", "evidence": evidence}
+        )
+    rows.append(_tight_budget(_read(root / _MAP_BUDGET)))
+    return pd.DataFrame.from_records(rows)
+
+
+def _tight_budget(budget: pd.DataFrame | None) -> dict:
+    """The winners of the cells under the tightest prompt budget that a method other than No Memory
+    fits in some cell."""
+    record = _map_identity("", "tight prompt budget", "map_winner")
+    fits = budget[budget["winner"].notna() & (budget["winner"] != _NO_MEMORY)] if budget is not None else None
+    if fits is None or fits.empty:
+        return record | {"verdict": NOT_RUN, "summary": "", "reason": "no map run", "evidence": ""}
+    tight = float(fits["budget"].min())
+    won = budget[(budget["budget"] == tight) & budget["winner"].notna()]["winner"].value_counts()
+    cells = int(budget["cell"].nunique())
+    text = (
+        f"<= {tight:g} prompt tokens per decision: "
+        + ", ".join(f"{method_label(m)} {k}" for m, k in won.items())
+        + f" of {cells} cells"
+    )
+    return record | {
+        "ours": tight,
+        "n": cells,
+        "verdict": BEYOND,
+        "summary": text,
+        "reason": "",
+        "evidence": f"{MAP_DIR}/tables/map_budget.md",
+    }
+
+
+def _map_identity(method: str, phase: str, metric: str) -> dict:
+    return {
+        "experiment": "robustness_map",
+        "env": "robustness map",
+        "phase": phase,
+        "method": method,
+        "other": "",
+        "metric": metric,
+        "paper": math.nan,
+        "paper_approximate": False,
+    }
+
+
+def _read(path: Path) -> pd.DataFrame | None:
+    """One of the map's csv tables, or None when the map has not written it."""
+    return pd.read_csv(path) if path.is_file() else None

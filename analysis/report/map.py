@@ -6,13 +6,17 @@ Terms (the summary and the tables use them as defined here):
   (Oracle Reset, which is told the true phase boundaries);
 - *tuned*: a method at the grid point chosen for the cell on the tuning seeds (`analysis.map.runs`);
   an untuned method at its defaults;
-- *best simple baseline* of a cell: the simple baseline with the highest tuned mean success on the
-  evaluation seeds (chosen on the same seeds it is compared on, which favours the baseline);
+- *best simple baseline* of a cell, per setting: the simple baseline with the highest mean success
+  on the tuning seeds in that setting (ties: the first method key in alphabetical order); the
+  evaluation seeds it is compared on never choose it (`analysis.map.runs.tuning_scores`);
 - *advantage*: TEPA's tuned success minus the best simple baseline's, per evaluation seed (the same seed
   is the same stream and the same misreported episodes), mean with a 95% bootstrap interval, two-sided
   exact sign-flip p, Holm-corrected over the cells of the map; *wins* / *loses*: Holm p < 0.05 with that
   sign; *matches*: otherwise;
-- *winner*: the non-oracle method with the highest tuned mean success of the cell;
+- *winner*: the non-oracle method with the highest tuned mean success of the cell on the evaluation
+  seeds (a description of the evaluation, not a comparison; the best simple baseline is chosen apart);
+- *overall*: per TEPA variant and setting, the cells won / matched / lost and the mean advantage over
+  the cells, its 95% bootstrap interval over the evaluation seeds (each seed's mean over the cells);
 - *cost*: mean prompt tokens per decision; a method is *dominated* in a cell when another has at least its
   success and at most its cost, one of them strictly; *under a budget* B, a cell's winner is chosen
   among the methods whose cost is at most B (the same prompt budget for every method).
@@ -31,7 +35,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
-from analysis.map.runs import RULES, choose, evaluation, grid_cells
+from analysis.map.runs import RULES, choose, evaluation, grid_cells, tuning_scores
 from analysis.metrics import method_label, sorted_methods
 from analysis.report.tables import Table, interval, number, pvalue
 from analysis.stats import holm, mean_cis, paired_comparisons
@@ -59,13 +63,15 @@ DPI = 110
 class MapResult:
     """Everything the tables, figures and summary show. `success`: one row per (cell, method, setting)
     with the mean, interval, cost, revocations and chosen parameters; `advantage`: per (target, setting,
-    cell); `winners`: per (setting, cell); `frontier`: per (cell, method), tuned; `budget`: per (budget,
-    cell); `hypothesis`: per (noise, method) at no random reversals, defaults."""
+    cell); `overall`: per (target, setting); `winners`: per (setting, cell); `frontier`: per (cell,
+    method), tuned; `budget`: per (budget, cell); `hypothesis`: per (noise, method) at no random
+    reversals, defaults."""
 
     spec: dict[str, Any]
     cells: list[dict[str, float]]
     success: pd.DataFrame
     advantage: pd.DataFrame
+    overall: pd.DataFrame
     winners: pd.DataFrame
     frontier: pd.DataFrame
     budget: pd.DataFrame
@@ -87,15 +93,16 @@ def analyse_map(runs: pd.DataFrame, spec: dict[str, Any]) -> MapResult:
     if ev.empty:
         raise ValueError("runs: no evaluation runs of the map (run the evaluation stage)")
     cells = grid_cells(spec["axes"])
-    success = _success(ev, chosen, spec)
-    advantage = _advantage(ev, success, spec, cells)
+    success = _success(ev, chosen, tuning_scores(runs, spec, chosen))
+    advantage, per_seed = _advantage(ev, success, spec, cells)
+    overall = _overall(advantage, per_seed)
     winners = _winners(success)
     frontier = _frontier(success)
     budget = _budget(success)
     hypothesis = _hypothesis(success, cells).assign(
         experiment=spec["experiment"], phase_length=spec["env"].get("phase_length")
     )
-    return MapResult(spec, cells, success, advantage, winners, frontier, budget, hypothesis)
+    return MapResult(spec, cells, success, advantage, overall, winners, frontier, budget, hypothesis)
 
 
 def _per_seed(ev: pd.DataFrame, setting: str, cell: int, method: str, column: str = "success") -> pd.Series:
@@ -103,8 +110,11 @@ def _per_seed(ev: pd.DataFrame, setting: str, cell: int, method: str, column: st
     return sel.set_index("seed")[column].sort_index()
 
 
-def _success(ev: pd.DataFrame, chosen: dict, spec: dict[str, Any]) -> pd.DataFrame:
+def _success(ev: pd.DataFrame, chosen: dict, scores: pd.DataFrame) -> pd.DataFrame:
+    """Per (setting, cell, method) on the evaluation seeds, with `tuning`: the mean success of the same
+    setting on the tuning seeds (NaN without tuning-seed runs)."""
     groups = list(ev.groupby(["setting", "cell", "method"], sort=True))
+    tuning = scores.set_index(["setting", "cell", "method"])["tuning"].to_dict()
     full = f"success.{FULL_REVERSAL}"
     estimates = mean_cis([g["success"].to_numpy() for _, g in groups])
     rows = []
@@ -119,6 +129,7 @@ def _success(ev: pd.DataFrame, chosen: dict, spec: dict[str, Any]) -> pd.DataFra
                 "success": est.mean,
                 "low": est.low,
                 "high": est.high,
+                "tuning": tuning.get((setting, int(cell), method), math.nan),
                 "tokens": float(g["tokens"].mean()),
                 "full_reversal": float(g[full].mean()) if full in g else math.nan,
                 "revocations": float(g["revocations"].mean()),
@@ -133,8 +144,13 @@ def _success(ev: pd.DataFrame, chosen: dict, spec: dict[str, Any]) -> pd.DataFra
     return pd.DataFrame(rows)
 
 
-def _advantage(ev: pd.DataFrame, success: pd.DataFrame, spec: dict, cells: list) -> pd.DataFrame:
-    rows, pairs = [], []
+def _advantage(
+    ev: pd.DataFrame, success: pd.DataFrame, spec: dict, cells: list
+) -> tuple[pd.DataFrame, list[pd.Series]]:
+    """Per (setting, target, cell): TEPA minus the best simple baseline, picked by its tuning-seed
+    success (a simple baseline without tuning-seed runs of the setting stops the analysis), with the
+    paired per-seed differences (indexed by evaluation seed) in the same order."""
+    rows, pairs, diffs = [], [], []
     for setting in SETTINGS:
         for target in TARGETS:
             if target not in spec["methods"]:
@@ -144,15 +160,23 @@ def _advantage(ev: pd.DataFrame, success: pd.DataFrame, spec: dict, cells: list)
                 simple = s[s["method"].map(is_simple)]
                 if simple.empty or target not in set(s["method"]):
                     continue
-                best = simple.sort_values("success", ascending=False, kind="stable").iloc[0]["method"]
+                untuned = simple[simple["tuning"].isna()]
+                if len(untuned):
+                    raise ValueError(
+                        f"runs: cell {cell}, {untuned['method'].iloc[0]} ({setting}): no run on every "
+                        "tuning seed, which picks the best simple baseline (rerun the map)"
+                    )
+                pick = simple.sort_values("tuning", ascending=False, kind="stable").iloc[0]
+                best = pick["method"]
                 a, b = _per_seed(ev, setting, cell, target), _per_seed(ev, setting, cell, best)
                 seeds = a.index.intersection(b.index)
                 pairs.append((a[seeds].to_numpy(), b[seeds].to_numpy()))
-                rows.append({"setting": setting, "target": target, "cell": cell, "best": best})
+                diffs.append(a[seeds] - b[seeds])
+                rows.append({"setting": setting, "target": target, "cell": cell, "best": best,
+                             "best_tuning": float(pick["tuning"])})  # fmt: skip
     if not rows:
-        return pd.DataFrame(
-            columns=["setting", "target", "cell", "best", "diff", "low", "high", "p", "p_holm"]
-        )
+        columns = ["setting", "target", "cell", "best", "best_tuning", "diff", "low", "high", "p", "p_holm"]
+        return pd.DataFrame(columns=columns), []
     frame = pd.DataFrame(rows)
     comparisons = paired_comparisons(pairs)
     frame["n"] = [c.n for c in comparisons]
@@ -167,7 +191,39 @@ def _advantage(ev: pd.DataFrame, success: pd.DataFrame, spec: dict, cells: list)
         ("wins" if d > 0 else "loses") if p < ALPHA else "matches"
         for d, p in zip(frame["diff"], frame["p_holm"], strict=True)
     ]
-    return frame
+    return frame, diffs
+
+
+def _overall(advantage: pd.DataFrame, diffs: list[pd.Series]) -> pd.DataFrame:
+    """Per (target, setting): cells won / matched / lost, and the mean advantage over the cells with a
+    bootstrap interval over the evaluation seeds (each seed's advantage averaged over the cells)."""
+    columns = ["target", "setting", "cells", "wins", "matches", "loses", "diff", "low", "high", "n"]
+    if advantage.empty:
+        return pd.DataFrame(columns=columns)
+    groups = []
+    for target in TARGETS:
+        for setting in SETTINGS:
+            idx = advantage.index[(advantage["target"] == target) & (advantage["setting"] == setting)]
+            if len(idx):
+                per_seed = pd.concat([diffs[i] for i in idx], axis=1).mean(axis=1)  # seed x cell
+                groups.append((target, setting, advantage.loc[idx], per_seed.to_numpy()))
+    estimates = mean_cis([g[3] for g in groups])
+    rows = []
+    for (target, setting, adv, per_seed), est in zip(groups, estimates, strict=True):
+        verdicts = adv["verdict"].value_counts()
+        rows.append(
+            {
+                "target": target,
+                "setting": setting,
+                "cells": len(adv),
+                **{v: int(verdicts.get(v, 0)) for v in ("wins", "matches", "loses")},
+                "diff": est.mean,
+                "low": est.low,
+                "high": est.high,
+                "n": len(per_seed),
+            }  # fmt: skip
+        )
+    return pd.DataFrame(rows, columns=columns)
 
 
 def _winners(success: pd.DataFrame) -> pd.DataFrame:
@@ -273,6 +329,7 @@ def tables(result: MapResult) -> list[Table]:
             method_label(row.method),
             row.setting,
             interval(row.success, row.low, row.high),
+            number(row.tuning),
             number(row.tokens, 1),
             number(row.revocations, 1),
             row.params or "defaults",
@@ -286,12 +343,25 @@ def tables(result: MapResult) -> list[Table]:
             method_label(row.target),
             row.setting,
             method_label(row.best),
+            number(row.best_tuning),
             interval(row.diff, row.low, row.high, signed=True),
             pvalue(row.p),
             pvalue(row.p_holm),
             row.verdict,
         ]  # fmt: skip
         for row in adv.itertuples()
+    ]
+    overall_rows = [
+        [
+            method_label(row.target),
+            row.setting,
+            str(row.cells),
+            str(row.wins),
+            str(row.matches),
+            str(row.loses),
+            interval(row.diff, row.low, row.high, signed=True),
+        ]  # fmt: skip
+        for row in r.overall.itertuples()
     ]
     win = r.winners.assign(cell_text=r.winners["cell"].map(cell_of))
     win_rows = [
@@ -339,6 +409,7 @@ def tables(result: MapResult) -> list[Table]:
                 "Method",
                 "Setting",
                 "Success [95% CI]",
+                "Tuning-seed success",
                 "Prompt tokens / decision",
                 "Revocations / stream",
                 "Parameters",
@@ -349,12 +420,14 @@ def tables(result: MapResult) -> list[Table]:
         ),  # fmt: skip
         Table(
             "map_advantage",
-            "Robustness map: TEPA minus the best simple baseline per cell (paired, tuned and defaults)",
+            "Robustness map: TEPA minus the best simple baseline per cell (picked on the tuning seeds, "
+            "paired on the evaluation seeds)",
             [
                 "Cell",
                 "TEPA",
                 "Setting",
-                "Best simple baseline",
+                "Best simple baseline (by tuning seeds)",
+                "Its tuning-seed success",
                 "Diff [95% CI]",
                 "p (sign-flip)",
                 "Holm p",
@@ -363,6 +436,13 @@ def tables(result: MapResult) -> list[Table]:
             adv_rows,
             r.advantage,
             labels=4,
+        ),  # fmt: skip
+        Table(
+            "map_overall",
+            "Robustness map overall: TEPA minus the best simple baseline over the cells",
+            ["TEPA", "Setting", "Cells", "Wins", "Matches", "Loses", "Mean diff [95% CI]"],
+            overall_rows,
+            r.overall,
         ),  # fmt: skip
         Table(
             "map_winners",
@@ -548,12 +628,13 @@ def summary(result: MapResult) -> list[str]:
             if rows.empty:
                 continue
             what = SETTING_TEXT[setting].format(budget=r.spec.get("evidence_budget"))
+            o = r.overall[(r.overall["target"] == target) & (r.overall["setting"] == setting)].iloc[0]
             text = (
                 f"**{method_label(target)} ({what}) against the best simple baseline ({what})**, "
-                f"{n} cells, {seeds} evaluation seeds: wins in {len(v['wins'])}, "
-                f"matches in {len(v['matches'])}, loses in {len(v['loses'])} "
+                f"{n} cells, {seeds} evaluation seeds, the baseline picked on the tuning seeds: wins in "
+                f"{len(v['wins'])}, matches in {len(v['matches'])}, loses in {len(v['loses'])} "
                 f"(Holm-corrected sign-flip p < {ALPHA}); mean difference "
-                f"{number(rows['diff'].mean(), signed=True)} (range "
+                f"{interval(o['diff'], o['low'], o['high'], signed=True)} (range "
                 f"{number(rows['diff'].min(), signed=True)} to {number(rows['diff'].max(), signed=True)})."
             )
             if v["wins"]:

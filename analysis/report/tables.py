@@ -427,12 +427,17 @@ def reference_table() -> Table:
     )
 
 
-def scorecard_table(analysis: Analysis) -> Table:
-    """Every number the paper reports: ours, the paper's, the verdict, and why when it differs."""
+def scorecard_table(analysis: Analysis, root: Path | None = None) -> Table:
+    """Every number the paper reports: ours, the paper's, the verdict, and why when it differs; then,
+    with the results folder `root`, the robustness map's conclusions beyond the paper."""
     data = scorecard.scorecard(analysis)
+    if root is not None:
+        data = pd.concat([data, scorecard.beyond_the_paper(root)], ignore_index=True)
     rows = []
     for r in data.to_dict("records"):
-        if r["metric"] == "p":
+        if r["metric"] in ("map_gap", "map_winner"):
+            ours, theirs = r["summary"] or MISSING, "not in the paper"
+        elif r["metric"] == "p":
             ours = (
                 f"sign-flip {pvalue(r['p_sign_flip'])}, bootstrap {pvalue(r['p_bootstrap'])}"
                 if "p_sign_flip" in r and not _missing(r["p_sign_flip"])
@@ -448,11 +453,13 @@ def scorecard_table(analysis: Analysis) -> Table:
                 else interval(r["ours"], r["low"], r["high"], signed=signed, n=r.get("n"))
             )
             theirs = ("~" if r["paper_approximate"] else "") + number(r["paper"], digits, signed=signed)
-        why = r["reason"] + (f" ([evidence]({r['evidence']}))" if r["evidence"] else "")
+        link = f"[evidence]({r['evidence']})" if r["evidence"] else ""
+        why = f"{r['reason']} ({link})" if r["reason"] and link else r["reason"] or link
         cells = [env_label(r["env"]), r["phase"], scorecard.describe(r), r["verdict"], ours, theirs]
         rows.append([*cells, _memory_figures(r), why])
     verdicts = data["verdict"].value_counts()
-    shown = [v for v in scorecard.VERDICTS if v != scorecard.VARIANT or verdicts.get(v, 0)]
+    optional = (scorecard.VARIANT, scorecard.BEYOND)
+    shown = [v for v in (*scorecard.VERDICTS, scorecard.BEYOND) if v not in optional or verdicts.get(v, 0)]
     counts = ", ".join(f"{int(verdicts.get(v, 0))} {v}" for v in shown)
     variant = (
         " Variant: our runs of the cell are not the paper experiment's configuration (the keys that "
@@ -467,6 +474,13 @@ def scorecard_table(analysis: Analysis) -> Table:
         "claim is reproduced when both our exact sign-flip and paired bootstrap p meet it."
         f"{variant} Intervals as in the tables below; the same scorecard is in tables/scorecard.csv."
     )
+    if (data["metric"].isin(["map_gap", "map_winner"])).any():
+        note += (
+            " Rows of the robustness map (`make map`) are beyond the paper, which has no such number: "
+            "TEPA against the best simple baseline of each cell, picked on the tuning seeds and compared "
+            "on the evaluation seeds (wins / loses: Holm-corrected sign-flip p < 0.05), the mean gap over "
+            "the cells with its interval over the evaluation seeds; not run until the map has run."
+        )
     note += (
         " Memory: the method's stale share of retrieved lines and pollution index in the same cell, "
         "from the logged evidence alone (no reader; see the memory-quality section)."
@@ -715,10 +729,10 @@ def sweep_table(analysis: Analysis, experiment: str) -> Table | None:
     )
 
 
-def build_tables(analysis: Analysis) -> list[Table]:
-    """Every table, in report order: the scorecard, paper tables, per-experiment tables, the sweep, the
-    references."""
-    tables = [scorecard_table(analysis), *paper_tables(analysis)]
+def build_tables(analysis: Analysis, root: Path | None = None) -> list[Table]:
+    """Every table, in report order: the scorecard (with the robustness map's rows from the results
+    folder `root`), paper tables, per-experiment tables, the sweep, the references."""
+    tables = [scorecard_table(analysis, root), *paper_tables(analysis)]
     experiments = sorted_experiments(analysis.success["experiment"]) if len(analysis.success) else []
     for experiment in experiments:
         for make in (success_table, mpi_table, paired_table, adaptation_table, cost_table):

@@ -148,7 +148,7 @@ def load_map(declaration: str | Path = "robustness_map", overrides: Sequence[str
         raise ConfigError(f"experiment={experiment}: the grid must sweep env keys only, got {sorted(axes)}")
     eval_seeds = tuple(cfg.seeds or (cfg.seed,))
     tune = _tune(raw.get("tune") or {}, methods)
-    tuning_seeds = _seeds("tuning_seeds", raw.get("tuning_seeds")) if tune else ()
+    tuning_seeds = _seeds("tuning_seeds", raw.get("tuning_seeds"))
     shared = sorted(set(tuning_seeds) & set(eval_seeds))
     if shared:
         raise ConfigError(
@@ -182,12 +182,18 @@ def load_map(declaration: str | Path = "robustness_map", overrides: Sequence[str
 
 
 def tuning_jobs(spec: MapSpec) -> list[Job]:
-    """Stage 1: every grid point of every tuned method in every cell, on the tuning seeds."""
+    """Stage 1: every grid point of every tuned method in every cell, on the tuning seeds, and every
+    method's defaults unless they are one of its grid points: the analysis picks each cell's best simple
+    baseline (tuned, and at defaults) by these runs, never by an evaluation seed."""
     jobs = []
     for c, cell in enumerate(spec.cells()):
         for method in spec.methods:
-            for p, params in enumerate(spec.points(method)):
+            points = spec.points(method)
+            defaults = spec.memory_defaults[method]
+            for p, params in enumerate(points):
                 jobs.append(Job(f"tune-c{c}-{method}-p{p}", method, cell, params, spec.tuning_seeds))
+            if not any(all(defaults.get(k) == v for k, v in point.items()) for point in points):
+                jobs.append(Job(f"tune-c{c}-{method}-defaults", method, cell, {}, spec.tuning_seeds))
     return jobs
 
 
@@ -195,7 +201,8 @@ def evaluation_jobs(spec: MapSpec, chosen: Mapping[tuple[int, str], Mapping[str,
     """Stage 2: every method in every cell at its defaults (the defaults-only map) and, for a tuned
     method, at the point chosen for that cell (`chosen[(cell index, method)]`), on the evaluation seeds.
     A chosen point equal to the defaults is one job. With an evidence budget, every method also runs at
-    its chosen point with `max_evidence` set to it (the same budget for every method)."""
+    its chosen point with `max_evidence` set to it (the same budget for every method), on the tuning seeds
+    too: the best simple baseline under the budget is picked by those."""
     jobs = []
     for c, cell in enumerate(spec.cells()):
         for method in spec.methods:
@@ -207,7 +214,8 @@ def evaluation_jobs(spec: MapSpec, chosen: Mapping[tuple[int, str], Mapping[str,
             if spec.evidence_budget is not None:
                 changed = {k: v for k, v in params.items() if defaults.get(k) != v}
                 name = f"eval-c{c}-{method}-budget"
-                jobs.append(Job(name, method, cell, changed, spec.eval_seeds, spec.evidence_budget))
+                seeds = spec.tuning_seeds + spec.eval_seeds
+                jobs.append(Job(name, method, cell, changed, seeds, spec.evidence_budget))
     return jobs
 
 

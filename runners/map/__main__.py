@@ -1,14 +1,16 @@
 """`python -m runners.map [--map NAME] [OVERRIDES...]`: run a robustness map (what `make map` runs).
 
-Stage 1 runs every tuned method's grid points in every cell on the tuning seeds; the point with the
-highest mean success over them is chosen per cell (`analysis.map.runs.choose`, which reads only runs on
-tuning seeds). Stage 2 runs every method in every cell on the evaluation seeds at its defaults (the
-defaults-only map) and at its chosen point. Each stage is one multirun of `python -m runners.run` over
-the stage's jobs, so a rerun skips what is complete and resumes what is not, and any Hydra launcher
-runs it (`hydra/launcher=submitit_slurm hydra.launcher.partition=...`; default: joblib). The map's
-description for the analysis goes to `<results_dir>/map.json`, with the chosen points once stage 1 is
-done. OVERRIDES as for `runners.map.load_map` (e.g. `env.noise=0,0.2 max_episodes=100`); `hydra...`
-overrides go to the launcher only.
+Stage 1 runs every tuned method's grid points in every cell on the tuning seeds (and every method's
+defaults, by which the analysis picks each cell's best simple baseline); the point with the highest mean
+success over them is chosen per cell (`analysis.map.runs.choose`, which reads only runs on tuning
+seeds). Stage 2 runs every method in every cell on the evaluation seeds at its defaults (the
+defaults-only map) and at its chosen point, and under the evidence budget on both seed sets. Each
+stage is one multirun of `python -m runners.run` over the stage's jobs, so a rerun skips what is
+complete and resumes what is not, and any Hydra launcher runs it (`hydra/launcher=submitit_slurm
+hydra.launcher.partition=...`; default: joblib). The map's description for the analysis goes to
+`<results_dir>/map.json`, with the chosen points once stage 1 is done. OVERRIDES as for
+`runners.map.load_map` (e.g. `env.noise=0,0.2 max_episodes=100`); `hydra...` overrides go to the
+launcher only.
 """
 
 from __future__ import annotations
