@@ -204,8 +204,9 @@ class DenseRanker:
     """The `dense` mode: cosine similarity of embeddings (`embed` returns unit-norm rows, one per text).
 
     Memory texts repeat (templated observations, the same stored items query after query), so each
-    distinct text is embedded once and its vector kept; a query scores the distinct texts among its
-    documents and hands each document its text's score.
+    distinct text is embedded once, when first seen, and its vector kept as a row of one matrix; a
+    query maps its documents to rows (one dictionary lookup each), scores the distinct rows with one
+    matrix-vector product and hands each document its row's score.
     """
 
     positive_only = False
@@ -215,27 +216,37 @@ class DenseRanker:
         self._row: dict[str, int] = {}
         self._matrix = np.zeros((0, 0), dtype=np.float32)
 
-    def _rows(self, texts: list[str]) -> list[int]:
+    def _add(self, texts: list[str]) -> None:
+        """Embed the texts not seen yet, in one call, in order of first occurrence."""
         new = list(dict.fromkeys(t for t in texts if t not in self._row))
-        if new:
-            vectors = np.asarray(self._embed(new), dtype=np.float32)
-            n = len(self._row)
-            if n + len(new) > len(self._matrix):  # grow by doubling: texts arrive a few at a time
-                grown = np.zeros((max(2 * len(self._matrix), n + len(new), 64), vectors.shape[1]), np.float32)
-                if n:
-                    grown[:n] = self._matrix[:n]
-                self._matrix = grown
-            self._matrix[n : n + len(new)] = vectors
-            self._row.update(zip(new, range(n, n + len(new)), strict=True))
-        return list(map(self._row.__getitem__, texts))
+        if not new:
+            return
+        vectors = np.asarray(self._embed(new), dtype=np.float32)
+        n = len(self._row)
+        if n + len(new) > len(self._matrix):  # grow by doubling: texts arrive a few at a time
+            grown = np.zeros((max(2 * len(self._matrix), n + len(new), 64), vectors.shape[1]), np.float32)
+            if n:
+                grown[:n] = self._matrix[:n]
+            self._matrix = grown
+        self._matrix[n : n + len(new)] = vectors
+        self._row.update(zip(new, range(n, n + len(new)), strict=True))
 
     def scores(self, query: str, docs: list[str]) -> np.ndarray:
-        position = dict.fromkeys(docs)
-        distinct = list(position)
-        rows = self._rows([query, *distinct])
-        sims = self._matrix[rows[1:]] @ self._matrix[rows[0]]
-        position.update(zip(distinct, range(len(distinct)), strict=True))
-        return sims.astype(float)[np.fromiter(map(position.__getitem__, docs), np.intp, len(docs))]
+        row = self._row.get
+        try:
+            q, rows = row(query), np.fromiter(map(row, docs), np.intp, len(docs))
+        except TypeError:  # a text without a row yet (None): embed the new ones, then look up again
+            self._add([query, *docs])
+            q, rows = row(query), np.fromiter(map(row, docs), np.intp, len(docs))
+        if q is None:
+            self._add([query])
+            q = row(query)
+        # the distinct rows in order of first occurrence, scored by one product in that order
+        distinct, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+        order = np.argsort(first)
+        sims = np.empty(len(distinct), dtype=np.float32)
+        sims[order] = self._matrix[distinct[order]] @ self._matrix[q]
+        return sims.astype(float)[inverse]
 
 
 def rank(candidates: Iterable[Evidence], query: Query, top_k: int = DEFAULT_TOP_K) -> list[Evidence]:
