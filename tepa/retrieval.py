@@ -210,11 +210,13 @@ class DenseRanker:
     """
 
     positive_only = False
+    _PRODUCTS_SIZE = 256  # memoised products: a memory's distinct texts repeat from query to query
 
     def __init__(self, embed: Callable[[list[str]], np.ndarray]) -> None:
         self._embed = embed
         self._row: dict[str, int] = {}
         self._matrix = np.zeros((0, 0), dtype=np.float32)
+        self._products: dict[tuple[int, bytes], np.ndarray] = {}  # (query row, distinct rows) -> scores
 
     def _add(self, texts: list[str]) -> None:
         """Embed the texts not seen yet, in one call, in order of first occurrence."""
@@ -232,21 +234,31 @@ class DenseRanker:
         self._row.update(zip(new, range(n, n + len(new)), strict=True))
 
     def scores(self, query: str, docs: list[str]) -> np.ndarray:
-        row = self._row.get
+        row, n = self._row.get, len(docs)
         try:
-            q, rows = row(query), np.fromiter(map(row, docs), np.intp, len(docs))
-        except TypeError:  # a text without a row yet (None): embed the new ones, then look up again
+            q, rows = row(query), np.fromiter(map(row, docs), np.intp, n)
+        except TypeError:  # a document not seen yet (None): embed the new texts, query first, then again
             self._add([query, *docs])
-            q, rows = row(query), np.fromiter(map(row, docs), np.intp, len(docs))
+            q, rows = row(query), np.fromiter(map(row, docs), np.intp, n)
         if q is None:
             self._add([query])
             q = row(query)
-        # the distinct rows in order of first occurrence, scored by one product in that order
-        distinct, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
-        order = np.argsort(first)
-        sims = np.empty(len(distinct), dtype=np.float32)
-        sims[order] = self._matrix[distinct[order]] @ self._matrix[q]
-        return sims.astype(float)[inverse]
+        # The distinct rows in order of first occurrence, scored by one product in that order: the
+        # product's floats depend on the rows it multiplies, so this order keeps every score as it was.
+        first = np.full(len(self._row), n)
+        np.minimum.at(first, rows, np.arange(n))
+        seen = np.flatnonzero(first < n)
+        distinct = seen[np.argsort(first[seen])]
+        memo = (q, distinct.tobytes())
+        sims = self._products.get(memo)
+        if sims is None:
+            sims = (self._matrix[distinct] @ self._matrix[q]).astype(float)
+            if len(self._products) >= self._PRODUCTS_SIZE:
+                self._products.clear()
+            self._products[memo] = sims
+        by_row = np.empty(len(self._row))
+        by_row[distinct] = sims
+        return by_row[rows]
 
 
 def rank(candidates: Iterable[Evidence], query: Query, top_k: int = DEFAULT_TOP_K) -> list[Evidence]:
