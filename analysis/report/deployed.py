@@ -231,8 +231,10 @@ def _memory_parts(folder: Path) -> list[str]:
     if not rows:
         return []
     return [
-        "Memory quality without a reader (what the prompts held against the truth; runs that logged their "
-        "evidence):\n",
+        "Memory quality without a reader (what the prompts held against the truth of the task's key, in each "
+        "setting's drift phase; runs that logged their evidence). Under similarity retrieval a prompt also "
+        "holds other keys' lines, and each is judged against the task's truth: another user's or slot's "
+        "line whose value differs counts as stale.\n",
         markdown_table(["Experiment", "Setting", "Method", *(h for _, h in MEMORY_COLUMNS)], rows, labels=3),
     ]
 
