@@ -133,8 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def only(args: argparse.Namespace) -> int:
-    """`--only retrieval`: the retrieval benchmark alone (the dense target, without the hour of the
-    others), printed as JSON and written to --out if given; bench.json and bench.md stay as they are."""
+    """`--only retrieval`: the retrieval benchmark alone (the dense target, without the other sections'
+    minutes), printed as JSON and written to --out if given; bench.json and bench.md stay as they are."""
     overrides = QUICK_ENV_OVERRIDES["preference_stream"] if args.quick else ()
     report = {"meta": _meta(args), args.only: retrieval_cost(args.repeats, overrides=overrides)}
     text = json.dumps(report, indent=2) + "\n"
