@@ -204,38 +204,61 @@ class DenseRanker:
     """The `dense` mode: cosine similarity of embeddings (`embed` returns unit-norm rows, one per text).
 
     Memory texts repeat (templated observations, the same stored items query after query), so each
-    distinct text is embedded once and its vector kept; a query scores the distinct texts among its
-    documents and hands each document its text's score.
+    distinct text is embedded once, when first seen, and its vector kept as a row of one matrix; a
+    query maps its documents to rows (one dictionary lookup each), scores the distinct rows with one
+    matrix-vector product and hands each document its row's score.
     """
 
     positive_only = False
+    _PRODUCTS_SIZE = 256  # memoised products: a memory's distinct texts repeat from query to query
 
     def __init__(self, embed: Callable[[list[str]], np.ndarray]) -> None:
         self._embed = embed
         self._row: dict[str, int] = {}
         self._matrix = np.zeros((0, 0), dtype=np.float32)
+        self._products: dict[tuple[int, bytes], np.ndarray] = {}  # (query row, distinct rows) -> scores
 
-    def _rows(self, texts: list[str]) -> list[int]:
+    def _add(self, texts: list[str]) -> None:
+        """Embed the texts not seen yet, in one call, in order of first occurrence."""
         new = list(dict.fromkeys(t for t in texts if t not in self._row))
-        if new:
-            vectors = np.asarray(self._embed(new), dtype=np.float32)
-            n = len(self._row)
-            if n + len(new) > len(self._matrix):  # grow by doubling: texts arrive a few at a time
-                grown = np.zeros((max(2 * len(self._matrix), n + len(new), 64), vectors.shape[1]), np.float32)
-                if n:
-                    grown[:n] = self._matrix[:n]
-                self._matrix = grown
-            self._matrix[n : n + len(new)] = vectors
-            self._row.update(zip(new, range(n, n + len(new)), strict=True))
-        return list(map(self._row.__getitem__, texts))
+        if not new:
+            return
+        vectors = np.asarray(self._embed(new), dtype=np.float32)
+        n = len(self._row)
+        if n + len(new) > len(self._matrix):  # grow by doubling: texts arrive a few at a time
+            grown = np.zeros((max(2 * len(self._matrix), n + len(new), 64), vectors.shape[1]), np.float32)
+            if n:
+                grown[:n] = self._matrix[:n]
+            self._matrix = grown
+        self._matrix[n : n + len(new)] = vectors
+        self._row.update(zip(new, range(n, n + len(new)), strict=True))
 
     def scores(self, query: str, docs: list[str]) -> np.ndarray:
-        position = dict.fromkeys(docs)
-        distinct = list(position)
-        rows = self._rows([query, *distinct])
-        sims = self._matrix[rows[1:]] @ self._matrix[rows[0]]
-        position.update(zip(distinct, range(len(distinct)), strict=True))
-        return sims.astype(float)[np.fromiter(map(position.__getitem__, docs), np.intp, len(docs))]
+        row, n = self._row.get, len(docs)
+        try:
+            q, rows = row(query), np.fromiter(map(row, docs), np.intp, n)
+        except TypeError:  # a document not seen yet (None): embed the new texts, query first, then again
+            self._add([query, *docs])
+            q, rows = row(query), np.fromiter(map(row, docs), np.intp, n)
+        if q is None:
+            self._add([query])
+            q = row(query)
+        # The distinct rows in order of first occurrence, scored by one product in that order: the
+        # product's floats depend on the rows it multiplies, so this order keeps every score as it was.
+        first = np.full(len(self._row), n)
+        np.minimum.at(first, rows, np.arange(n))
+        seen = np.flatnonzero(first < n)
+        distinct = seen[np.argsort(first[seen])]
+        memo = (q, distinct.tobytes())
+        sims = self._products.get(memo)
+        if sims is None:
+            sims = (self._matrix[distinct] @ self._matrix[q]).astype(float)
+            if len(self._products) >= self._PRODUCTS_SIZE:
+                self._products.clear()
+            self._products[memo] = sims
+        by_row = np.empty(len(self._row))
+        by_row[distinct] = sims
+        return by_row[rows]
 
 
 def rank(candidates: Iterable[Evidence], query: Query, top_k: int = DEFAULT_TOP_K) -> list[Evidence]:

@@ -283,3 +283,23 @@ def test_bad_arguments_stop_with_the_option_named(argv, capsys):
     with pytest.raises(SystemExit):
         bench.parse_args(argv)
     assert argv[0] in capsys.readouterr().err
+
+
+def test_only_retrieval_measures_that_benchmark_alone(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def fake_cost(repeats, overrides=()):
+        calls.append((repeats, tuple(overrides)))
+        return {"seconds": {"keyed": 1.0, "dense": 1.5}, "ratio_to_keyed": {"keyed": 1.0, "dense": 1.5}}
+
+    monkeypatch.setattr(bench, "retrieval_cost", fake_cost)
+    monkeypatch.chdir(tmp_path)
+    assert bench.main(["--only", "retrieval", "--repeats", "2"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert set(printed) == {"meta", "retrieval"} and printed["retrieval"]["ratio_to_keyed"]["dense"] == 1.5
+    assert printed["meta"]["command"] == "python -m runners.bench --only retrieval"
+    assert calls == [(2, ())] and not (tmp_path / "results").exists()  # bench.json and bench.md untouched
+    out = tmp_path / "o" / "retrieval.json"
+    assert bench.main(["--only", "retrieval", "--quick", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["retrieval"] == printed["retrieval"]
+    assert calls[1] == (1, bench.QUICK_ENV_OVERRIDES["preference_stream"])

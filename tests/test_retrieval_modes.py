@@ -122,3 +122,19 @@ def test_a_sweep_over_modes_names_each_mode_in_its_directory():
     assert (
         check_retrieval({"mode": "dense", "cache_path": "x"}).identity()["model"] == "all-MiniLM-L6-v2-int8"
     )
+
+
+def test_dense_scores_are_the_product_of_the_distinct_texts_in_order_of_first_occurrence():
+    rng = np.random.default_rng(3)
+    vectors = {t: v / np.linalg.norm(v) for t, v in zip("qabcde", rng.standard_normal((6, 384)), strict=True)}
+    ranker = DenseRanker(lambda texts: np.array([vectors[t] for t in texts], dtype=np.float32))
+    docs = list("cabacdaeec")
+    scores = ranker.scores("q", docs)
+    distinct = list(dict.fromkeys(docs))  # the texts as the product multiplies them: c, a, b, d, e
+    matrix = np.array([vectors[t] for t in distinct], dtype=np.float32)
+    expected = (matrix @ np.asarray(vectors["q"], dtype=np.float32)).astype(float)
+    assert scores.tobytes() == expected[[distinct.index(d) for d in docs]].tobytes()  # bit for bit
+    part = matrix[:3] @ np.asarray(vectors["q"], dtype=np.float32)  # c, a, b: a product of their own
+    assert ranker.scores("q", list("caba")).tobytes() == part.astype(float)[[0, 1, 2, 1]].tobytes()
+    again = ranker.scores("q", docs)
+    assert again.tobytes() == scores.tobytes() and len(ranker._products) == 2  # the product remembered

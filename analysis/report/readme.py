@@ -9,6 +9,7 @@ import pandas as pd
 
 from analysis.data.load import SWEEP_EXPERIMENT, experiment_variants, in_sweep
 from analysis.metrics import experiment_title, method_label, sorted_experiments, sorted_methods, sweep_method
+from analysis.report.deployed import deployed_section
 from analysis.report.figures import FigureFile
 from analysis.report.tables import SCORECARD, Table, markdown_table, plain
 
@@ -125,6 +126,9 @@ def _companions(root: Path) -> list[str]:
             robustness.read_text(encoding="utf-8"),
             "Figures, tables and definitions: [map/README.md](map/README.md).\n",
         ]
+    parts += deployed_section(
+        root
+    )  # results/deployed/, written by `python -m analysis --out results/deployed`
     bench = root / "bench.md"
     if bench.is_file():
         parts.append(bench.read_text(encoding="utf-8"))

@@ -72,7 +72,7 @@ GROWING_SLOPE = 0.5
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m runners.bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("results/bench.json"), help="the JSON to write")
+    parser.add_argument("--out", type=Path, default=None, help="the JSON to write (results/bench.json)")
     parser.add_argument(
         "--markdown", type=Path, default=None, help="the report (default: bench.md beside --out)"
     )
@@ -98,6 +98,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "results/tables); default: a temporary folder",
     )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one repetition: a smoke run")
+    parser.add_argument(
+        "--only",
+        choices=("retrieval",),
+        default=None,
+        help="measure this benchmark alone and print its JSON (written to --out only when given)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.repeats, args.observations, args.keys, args.episodes = 1, 2000, 50, 40
@@ -116,6 +122,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.only:
+        return only(args)
+    args.out = args.out or Path("results/bench.json")
     markdown = args.markdown or args.out.with_name("bench.md")
     report = run(args, log=lambda msg: print(msg, file=sys.stderr, flush=True))
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -123,6 +132,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     markdown.parent.mkdir(parents=True, exist_ok=True)
     markdown.write_text(render_markdown(report), encoding="utf-8")
     print(f"wrote {args.out} and {markdown}", file=sys.stderr)
+    return 0
+
+
+def only(args: argparse.Namespace) -> int:
+    """`--only retrieval`: the retrieval benchmark alone (the dense target, without the other sections'
+    minutes), printed as JSON and written to --out if given; bench.json and bench.md stay as they are."""
+    overrides = QUICK_ENV_OVERRIDES["preference_stream"] if args.quick else ()
+    report = {"meta": _meta(args), args.only: retrieval_cost(args.repeats, overrides=overrides)}
+    text = json.dumps(report, indent=2) + "\n"
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text, encoding="utf-8")
+    print(text, end="")
     return 0
 
 
@@ -537,6 +559,8 @@ def _meta(args: argparse.Namespace) -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "git_commit": commit,
         "repeats": args.repeats,
-        "command": f"python -m runners.bench --out {args.out}",
+        "command": "python -m runners.bench"
+        + (f" --only {args.only}" if args.only else "")
+        + (f" --out {args.out}" if args.out else ""),
         "load_average_start": _load(),
     }
