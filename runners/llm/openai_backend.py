@@ -205,8 +205,11 @@ class OpenAIBackend:
     models): a multiple-choice request scores every option's text by its summed log-probability
     (`runners.llm.loglik`; one request per option, sent back to back so that a server that caches the
     shared prompt prefix reuses it), a free answer is completed up to the end of the line; an endpoint
-    that returns no prompt log-probabilities stops the run with a ConfigError. `cache_path` (a SQLite
-    file) makes reruns free and identical; None disables it.
+    that returns no prompt log-probabilities stops the run with a ConfigError. `permuted`, `calibrated`
+    and `cloze` are the same with the position bias averaged out, calibrated away or not shown
+    (`runners.llm.scoring`, which also lays out these prompts shared part first); `stats()` reports the
+    server's own count of the prompt tokens it took from its cache where the server gives one.
+    `cache_path` (a SQLite file) makes reruns free and identical; None disables it.
 
     `max_total_tokens` caps the tokens (prompt and completion) this backend's new calls may spend, as a
     reservation shared by concurrent calls (`_reserve`): once they are spent the next new call raises
