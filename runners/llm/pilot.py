@@ -38,15 +38,14 @@ def decisions(root: Path) -> pd.DataFrame:
         scoring = meta["config"]["llm"].get("scoring", "n/a")
         frame = pd.read_parquet(run_dir / logformat.EPISODES, columns=["memory", "seed", "phase", "success",
                                                                         "action", "options"])  # fmt: skip
-        frame["first"] = [
-            len(o) > 0 and a == o[0] for a, o in zip(frame["action"], frame["options"], strict=True)
-        ]
-        frame["n_options"] = frame["options"].map(len)
+        options = frame["options"].map(json.loads)
+        frame["first"] = [bool(o) and a == o[0] for a, o in zip(frame["action"], options, strict=True)]
+        frame["n_options"] = options.map(len)
         frame["scoring"] = scoring
         stats = meta.get("backend_stats", {})
         frame["requests"] = stats.get("requests", 0)
         frame["share"] = stats.get("evaluated_prompt_share", float("nan"))
-        frame["calls"] = stats.get("calls", 0)
+        frame["calls"] = stats.get("calls", 0) - stats.get("cache_hits", 0)  # the calls sent
         frame["wall"] = meta.get("wall_time_s", float("nan"))
         frames.append(frame)
     if not frames:
@@ -74,6 +73,7 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
                                               share=("share", "max"), wall=("wall", "max"))  # fmt: skip
         row["requests_per_decision"] = streams["requests"].sum() / max(streams["calls"].sum(), 1)
         row["evaluated_share"] = streams["share"].mean()
+        # a run's streams run concurrently: its wall time is its longest stream's
         row["decisions_per_s"] = len(group) / streams["wall"].sum()
         rows.append(row)
     return pd.DataFrame(rows)
