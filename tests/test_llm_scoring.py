@@ -156,6 +156,7 @@ def test_calibrated_without_memory_breaks_ties_neither_by_position_nor_the_same_
     picks = [chosen(r, q) for r, q in zip(replies, requests, strict=True)]
     positions = [q.options.index(p) for p, q in zip(picks, requests, strict=True)]
     assert all(" loglik A=0.000 B=0.000 C=0.000 " in r.text for r in replies)
+    assert stub_server.requests == []  # with no memory both prompts are the same: nothing is asked
     assert 0.1 < positions.count(0) / len(positions) < 0.6
     assert 0.1 < picks.count("red") / len(picks) < 0.6
 
@@ -172,7 +173,7 @@ def test_cloze_lists_no_options_and_scores_each_as_the_answer(stub_server):
 @pytest.mark.parametrize("scoring", OPTION_MODES)
 def test_the_server_count_of_cached_prompt_tokens_is_in_the_stats(stub_server, scoring):
     stub_server.respond = biased()
-    _, backend = ask(stub_server, scoring, decision())
+    _, backend = ask(stub_server, scoring, decision(remembered="red"))
     stats = backend.stats()
     sent = {"loglik": 3, "permuted": 9, "calibrated": 6, "cloze": 3}[scoring] * 10
     assert stats["server_counted_prompt_tokens"] == stats["prompt_tokens"] == sent
@@ -181,9 +182,10 @@ def test_the_server_count_of_cached_prompt_tokens_is_in_the_stats(stub_server, s
 
 @pytest.mark.parametrize("scoring", OPTION_MODES)
 def test_the_plan_counts_the_requests_each_mode_sends(scoring):
-    calls, prompt, _ = planned_cost(decision(), scoring, 16)
+    calls, prompt, _ = planned_cost(decision(remembered="red"), scoring, 16)
     assert calls == {"loglik": 3, "permuted": 9, "calibrated": 6, "cloze": 3}[scoring]
     assert prompt > calls * 20
+    assert planned_cost(decision(), scoring, 16)[0] == (0 if scoring == "calibrated" else calls)
 
 
 # --- bad input ----------------------------------------------------------------------------------------
@@ -197,7 +199,7 @@ def test_an_endpoint_without_prompt_logprobs_stops_the_run_with_one_line_naming_
     with pytest.raises(
         ConfigError, match=rf"^llm\.scoring={scoring}: .* use llm\.scoring=logprobs or text$"
     ) as exc:
-        ask(stub_server, scoring, decision())
+        ask(stub_server, scoring, decision(remembered="red"))
     assert "\n" not in str(exc.value)
 
 

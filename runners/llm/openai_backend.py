@@ -525,7 +525,7 @@ class OpenAIBackend:
         else:
             plan = plan_prompts(self.scoring, *parsed, request.options)
             prompts, option_of, weight = list(plan.prompts), plan.option_of, plan.weight
-            order = tie_order(self._seed(request), plan.prompts[0], len(request.options))
+            order = tie_order(self._seed(request), plan.shown, len(request.options))
             if self.scoring == "loglik":
                 order = None  # as before the debiased modes: ties go to the first shown
         full = [p + continuation(request.options[i]) for p, i in zip(prompts, option_of, strict=True)]
@@ -558,7 +558,7 @@ class OpenAIBackend:
             if cached is not None:
                 self._counts["server_cached_tokens"] += min(cached, used[0])
                 self._counts["server_counted_prompt_tokens"] += used[0]
-        scores = [OptionScore(t, n) for t, n in zip(totals, tokens, strict=True)]
+        scores = [OptionScore(t, n or 1) for t, n in zip(totals, tokens, strict=True)]
         return choose(request.labels, scores, order), spent_prompt, spent_completion
 
     async def _call_completions(self, prompt: str, **params: object) -> tuple[dict, dict]:

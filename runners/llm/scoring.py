@@ -9,8 +9,8 @@ that returns prompt log-probabilities:
   each position), so that a preference for a position adds the same to every option.
 - `calibrated`: contextual calibration (Zhao et al. 2021, "Calibrate before use"): each option's
   log-probability minus its log-probability under the same prompt with the memory lines removed, so what
-  is left is what the memory adds. With no memory every option scores 0 and the tie is broken at random
-  (seeded by the stream and the prompt), not by position.
+  is left is what the memory adds. With no memory both prompts are the same, so nothing is sent: every
+  option scores 0 and the tie is broken at random (seeded by the stream and the prompt), not by position.
 - `cloze`: the prompt lists no options (nothing to copy by position); each option's text is scored as the
   answer.
 
@@ -122,11 +122,13 @@ def rotations(options: Sequence[str]) -> list[tuple[str, ...]]:
 @dataclass(frozen=True, slots=True)
 class Plan:
     """The prompts one decision is scored by: `prompts[i]` scores `options[option_of[i]]` with weight
-    `weight[i]`; an option's score is the weighted sum of its prompts' log-likelihoods."""
+    `weight[i]`; an option's score is the weighted sum of its prompts' log-likelihoods (0 without
+    prompts). `shown` is the prompt as the decision shows it (ties are drawn from it)."""
 
     prompts: tuple[str, ...]
     option_of: tuple[int, ...]
     weight: tuple[float, ...]
+    shown: str
 
 
 def plan_prompts(scoring: str, system: str, decision: Decision, options: Sequence[str]) -> Plan:
@@ -136,10 +138,10 @@ def plan_prompts(scoring: str, system: str, decision: Decision, options: Sequenc
     k = len(options)
     if scoring == "loglik":
         base = prefix_first(system, decision, options)
-        return Plan((base,) * k, tuple(range(k)), (1.0,) * k)
+        return Plan((base,) * k, tuple(range(k)), (1.0,) * k, base)
     if scoring == "cloze":
         base = prefix_first(system, decision, None)
-        return Plan((base,) * k, tuple(range(k)), (1.0,) * k)
+        return Plan((base,) * k, tuple(range(k)), (1.0,) * k, base)
     if scoring == "permuted":
         prompts, option_of = [], []
         for order in rotations(options):
@@ -147,11 +149,15 @@ def plan_prompts(scoring: str, system: str, decision: Decision, options: Sequenc
             for text in order:
                 prompts.append(base)
                 option_of.append(options.index(text))
-        return Plan(tuple(prompts), tuple(option_of), (1.0 / k,) * len(prompts))
+        return Plan(tuple(prompts), tuple(option_of), (1.0 / k,) * len(prompts), prompts[0])
     if scoring == "calibrated":
         with_memory = prefix_first(system, decision, options)
+        if not decision.memory:  # both prompts are the same: every option scores 0, nothing to ask
+            return Plan((), (), (), with_memory)
         without = prefix_first(system, decision, options, memory=False)
-        return Plan((with_memory,) * k + (without,) * k, tuple(range(k)) * 2, (1.0,) * k + (-1.0,) * k)
+        return Plan(
+            (with_memory,) * k + (without,) * k, tuple(range(k)) * 2, (1.0,) * k + (-1.0,) * k, with_memory
+        )
     raise ValueError(f"scoring={scoring!r}: does not score option texts")
 
 
