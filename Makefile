@@ -110,7 +110,9 @@ reproduce-llm: $(LLM_STAMP) ## the real-model drift experiment (Gemma 3 270M, Sm
 		$(BIN)/python -m analysis --runs results/llm/$$model/runs --out results/llm/$$model \
 			--backend-note results/llm/$$model/BACKEND.md && \
 		$(BIN)/python -m analysis.choices --runs results/llm/$$model/runs --out results/llm/$$model \
-			--order $(LLM_ORDER) || exit 1; \
+			--order $(LLM_ORDER) && \
+		$(BIN)/python -m runners.llm.targets --runs results/llm/$$model/runs --out results/llm/$$model \
+			|| exit 1; \
 	done
 
 # The scoring-mode pilot (seeds 100-101, the stable phase) for both models, then its table and choice
