@@ -35,7 +35,7 @@ def phase_success(root: Path) -> pd.DataFrame:
     if not frames:
         raise ValueError(f"runs: no complete run under {root}")
     episodes = pd.concat(frames, ignore_index=True)
-    return episodes.groupby(["memory", "phase", "seed"])["success"].mean()
+    return episodes.groupby(["memory", "phase", "seed"])["success"].mean().sort_index()
 
 
 def paired(success: pd.Series, method: str, other: str, phase: str) -> dict:
