@@ -12,7 +12,7 @@ import pytest
 from envs.base import Task
 from runners.agent.prompt import LABELS, NAME_INSTRUCTION, labels_for, render
 from runners.config import ConfigError
-from runners.llm.backend import Request
+from runners.llm.backend import Request, total_stats
 from runners.llm.openai_backend import OpenAIBackend, planned_cost
 from runners.llm.scoring import SCORINGS, as_completion_prompt, prefix_first, rotations, split_decision
 from tepa.evidence import Evidence
@@ -207,3 +207,10 @@ def test_an_unknown_mode_is_a_config_error_naming_llm_scoring(tmp_path):
     with pytest.raises(ConfigError, match=r"^llm\.scoring='nope': must be one of text, logprobs, loglik, "):
         run(tmp_path, "llm=local_gemma", "llm.scoring=nope")
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_resumed_stream_reports_the_evaluated_share_of_all_its_invocations():
+    first = {"server_cached_tokens": 80, "server_counted_prompt_tokens": 100, "evaluated_prompt_share": 0.2}
+    later = {"server_cached_tokens": 10, "server_counted_prompt_tokens": 100, "evaluated_prompt_share": 0.9}
+    total = total_stats(first, later)
+    assert total["server_counted_prompt_tokens"] == 200 and total["evaluated_prompt_share"] == 0.55
