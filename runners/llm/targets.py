@@ -1,5 +1,5 @@
 """The real-model run's three targets, each met or not, in numbers: `python -m runners.llm.targets --runs DIR
---out DIR` (writes tables/targets.{md,csv}).
+--out DIR` (writes tables/targets.{md,csv}, and appends the table to README.md when one exists).
 
 1. the stable-phase gain of LWW or TEPA-Rev over No Memory is at least `MIN_GAIN`, its 95% CI above 0;
 2. after the reversal (the full_reversal phase) Append-Only is below No Memory, its CI excluding 0;
@@ -102,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     table.to_csv(args.out / "tables" / "targets.csv", index=False)
     text = to_markdown(table)
     (args.out / "tables" / "targets.md").write_text(text, encoding="utf-8")
+    readme = args.out / "README.md"
+    if readme.is_file():
+        readme.write_text(readme.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + text, encoding="utf-8")
     print(text)
     return 0
 
