@@ -8,7 +8,7 @@ RUN    := $(BIN)/python -m runners.run -m hydra/launcher=joblib
 # MemoryAgentBench data: a folder with memoryagentbench/ and mquake/ (see README); empty = download.
 export TEPA_DATA_DIR ?=
 
-.PHONY: help lint test reproduce ablation map figures calibrate bench serve-llm test-llm reproduce-llm
+.PHONY: help lint test reproduce ablation map figures calibrate bench serve-llm test-llm reproduce-llm pilot-llm
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -88,15 +88,46 @@ $(LLM_STAMP): $(STAMP)
 serve-llm: $(LLM_STAMP) ## serve a local model (LLM_MODEL=smollm2 or gemma3) on LLM_PORT
 	$(BIN)/python -m runners.llm.local.serve --model $(LLM_MODEL) --port $(LLM_PORT)
 
-# Integration tests of the openai backend and the runner against the real local servers (started by the tests).
+# Integration tests of the openai backend, every scoring mode and the runner against the real local servers
+# (started by the tests).
 test-llm: $(LLM_STAMP) ## integration tests against the real local models
 	$(BIN)/python -m pytest -m llm
 
-# Controlled drift on Gemma 3 270M with log-likelihood scoring (about 30 minutes on 2 cores), kept apart
-# under results/llm/: one job at a time, so that one decision's option requests reach the server together.
-reproduce-llm: $(LLM_STAMP) ## the real-model drift experiment into results/llm/
-	$(BIN)/python -m runners.llm.local.serve --model gemma3 --port $(LLM_PORT) -- \
-		$(RUN) experiment=llm_drift hydra.launcher.n_jobs=1 llm.base_url=http://127.0.0.1:$(LLM_PORT)/v1
-	$(BIN)/python -m analysis --runs results/llm/runs --out results/llm --backend-note results/llm/BACKEND.md
-	$(BIN)/python -m analysis.choices --runs results/llm/runs --out results/llm \
-		--order no_memory,append_only,lww,tepa_rev,tepa_norev
+# Both local models, one after the other (never both at once), each served by runners.llm.local.llama_server
+# (its count of cached prompt tokens is in every stream's backend_stats): controlled drift with the five
+# methods, 8 seeds (conf/experiment/llm_drift.yaml), into results/llm/<model>/; size and time in
+# results/llm/README.md. One job at a time, so that one decision's option requests reach the server together.
+LLM_NICE := nice -n 5
+LLM_ORDER := no_memory,append_only,lww,tepa_rev,tepa_norev
+reproduce-llm: $(LLM_STAMP) ## the real-model drift experiment (Gemma 3 270M, SmolLM2-135M) into results/llm/
+	$(LLM_NICE) $(BIN)/python -m runners.llm.local.serve --model gemma3 --port $(LLM_PORT) -- \
+		$(RUN) experiment=llm_drift llm=local_gemma results_dir=results/llm/gemma3 hydra.launcher.n_jobs=1 \
+		llm.base_url=http://127.0.0.1:$(LLM_PORT)/v1
+	$(LLM_NICE) $(BIN)/python -m runners.llm.local.serve --model smollm2 --completions-only --port $(LLM_PORT) -- \
+		$(RUN) experiment=llm_drift llm=local results_dir=results/llm/smollm2 hydra.launcher.n_jobs=1 \
+		llm.base_url=http://127.0.0.1:$(LLM_PORT)/v1
+	for model in gemma3 smollm2; do \
+		$(BIN)/python -m analysis --runs results/llm/$$model/runs --out results/llm/$$model \
+			--backend-note results/llm/$$model/BACKEND.md && \
+		$(BIN)/python -m analysis.choices --runs results/llm/$$model/runs --out results/llm/$$model \
+			--order $(LLM_ORDER) && \
+		$(BIN)/python -m runners.llm.targets --runs results/llm/$$model/runs --out results/llm/$$model \
+			|| exit 1; \
+	done
+
+# The scoring-mode pilot (seeds 100-101, the stable phase) for both models, then its table and choice
+# (runners.llm.pilot) into results/llm/pilot/<model>.md.
+LLM_MODES := loglik permuted calibrated cloze
+pilot-llm: $(LLM_STAMP) ## pilot the option-scoring modes on both local models
+	for mode in $(LLM_MODES); do \
+		$(LLM_NICE) $(BIN)/python -m runners.llm.local.serve --model gemma3 --port $(LLM_PORT) -- \
+			$(RUN) experiment=llm_pilot llm=local_gemma llm.scoring=$$mode results_dir=results/llm/pilot/gemma3 \
+			hydra.launcher.n_jobs=1 llm.base_url=http://127.0.0.1:$(LLM_PORT)/v1 || exit 1; \
+		$(LLM_NICE) $(BIN)/python -m runners.llm.local.serve --model smollm2 --completions-only --port $(LLM_PORT) -- \
+			$(RUN) experiment=llm_pilot llm=local llm.scoring=$$mode results_dir=results/llm/pilot/smollm2 \
+			hydra.launcher.n_jobs=1 llm.base_url=http://127.0.0.1:$(LLM_PORT)/v1 || exit 1; \
+	done
+	for model in gemma3 smollm2; do \
+		$(BIN)/python -m runners.llm.pilot --runs results/llm/pilot/$$model/runs --out results/llm/pilot/$$model.md \
+			|| exit 1; \
+	done

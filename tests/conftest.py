@@ -55,12 +55,12 @@ def stub_server() -> Iterator[StubServer]:
     server.stop()
 
 
-def _serve(model: str, n_ctx: int) -> Iterator[str]:
+def _serve(model: str, n_ctx: int, completions_only: bool = False) -> Iterator[str]:
     try:
         require_local_llm(model)
     except LocalLLMUnavailable as exc:
         pytest.skip(f"local-llm extra not installed ({exc})")
-    with local_llm_server(n_ctx=n_ctx, model=model) as base_url:
+    with local_llm_server(n_ctx=n_ctx, model=model, completions_only=completions_only) as base_url:
         yield base_url
 
 
@@ -68,6 +68,12 @@ def _serve(model: str, n_ctx: int) -> Iterator[str]:
 def llm_server() -> Iterator[str]:
     """The base_url of a real SmolLM2 llama.cpp server, started once per test session."""
     yield from _serve("smollm2", 4096)
+
+
+@pytest.fixture(scope="session")
+def smollm2_completions_server() -> Iterator[str]:
+    """SmolLM2 behind `runners.llm.local.llama_server`, as `make reproduce-llm` serves it; one per session."""
+    yield from _serve("smollm2", 2048, completions_only=True)
 
 
 @pytest.fixture(scope="session")

@@ -48,7 +48,7 @@ def run(results: Path, base_url: str, cache: Path, *extra: str) -> tuple[subproc
     with the API key only in the environment."""
     command = [
         sys.executable, "-m", "runners.run", "-m", f"memory={','.join(METHODS)}", "seeds=[0,1]",
-        "env.phase_length=3", "name=llm_run", "llm=local", f"llm.base_url={base_url}",
+        "env.phase_length=3", "name=llm_run", "llm=local", "llm.scoring=logprobs", f"llm.base_url={base_url}",
         f"llm.api_key_env={KEY_ENV}", f"llm.cache_path={cache}", f"results_dir={results}", "progress=false",
         *extra,
     ]  # fmt: skip

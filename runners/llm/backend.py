@@ -73,6 +73,9 @@ def total_stats(earlier: Mapping[str, Any], later: Mapping[str, Any]) -> dict[st
             total[key] = round(before + value, 6) if isinstance(before + value, float) else before + value
         else:
             total[key] = value
+    if total.get("server_counted_prompt_tokens"):  # a share is not a count: from the summed counts again
+        share = 1 - total.get("server_cached_tokens", 0) / total["server_counted_prompt_tokens"]
+        total["evaluated_prompt_share"] = round(share, 4)
     return total
 
 

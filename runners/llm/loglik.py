@@ -66,9 +66,11 @@ def option_loglik(choice: Mapping[str, object], prompt: str, start: int) -> Opti
     return OptionScore(total, count)
 
 
-def choose(labels: Sequence[str], scores: Sequence[OptionScore]) -> str:
-    """The reply for the best-scoring option: its label, then every option's summed and per-token score."""
-    best = max(range(len(scores)), key=lambda i: (scores[i].loglik, -i))
+def choose(labels: Sequence[str], scores: Sequence[OptionScore], order: Sequence[int] | None = None) -> str:
+    """The reply for the best-scoring option: its label, then every option's summed and per-token score.
+    Ties go to the option earliest in `order` (default: the first shown)."""
+    rank = {i: r for r, i in enumerate(range(len(scores)) if order is None else order)}
+    best = max(range(len(scores)), key=lambda i: (scores[i].loglik, -rank[i]))
     sums = " ".join(f"{lab}={s.loglik:.3f}" for lab, s in zip(labels, scores, strict=True))
     means = " ".join(f"{lab}={s.per_token:.3f}" for lab, s in zip(labels, scores, strict=True))
     return f"Answer: {labels[best]} | loglik {sums} | per-token {means}"

@@ -47,12 +47,12 @@ from runners.config import ConfigError
 from runners.llm.backend import BackendExhausted, Reply, Request
 from runners.llm.loglik import NoPromptLogprobs, OptionScore, choose, continuation, option_loglik
 from runners.llm.response_cache import CachedReply, CacheError, ResponseCache, cache_key
+from runners.llm.scoring import SCORINGS, as_completion_prompt, plan_prompts, tie_order
 from runners.llm.secrets import scrub
 
 if TYPE_CHECKING:  # imported where it is used: the client takes most of a second, and a plan never calls
     import openai
 
-SCORINGS = ("text", "logprobs", "loglik")
 MAX_RETRY_AFTER = 120.0  # seconds; a longer Retry-After is treated as this long (then retry_after_max)
 MAX_TOKEN_COUNT = 10**9  # a usage count above this (or below 0) is not a real count
 LOCAL_DUMMY_KEY = "sk-no-key-required"
@@ -205,8 +205,11 @@ class OpenAIBackend:
     models): a multiple-choice request scores every option's text by its summed log-probability
     (`runners.llm.loglik`; one request per option, sent back to back so that a server that caches the
     shared prompt prefix reuses it), a free answer is completed up to the end of the line; an endpoint
-    that returns no prompt log-probabilities stops the run with a ConfigError. `cache_path` (a SQLite
-    file) makes reruns free and identical; None disables it.
+    that returns no prompt log-probabilities stops the run with a ConfigError. `permuted`, `calibrated`
+    and `cloze` are the same with the position bias averaged out, calibrated away or not shown
+    (`runners.llm.scoring`, which also lays out these prompts shared part first); `stats()` reports the
+    server's own count of the prompt tokens it took from its cache where the server gives one.
+    `cache_path` (a SQLite file) makes reruns free and identical; None disables it.
 
     `max_total_tokens` caps the tokens (prompt and completion) this backend's new calls may spend, as a
     reservation shared by concurrent calls (`_reserve`): once they are spent the next new call raises
@@ -256,7 +259,7 @@ class OpenAIBackend:
         _check(max_retries >= 0, "max_retries", max_retries, ">= 0")
         _check(max_concurrency >= 1, "max_concurrency", max_concurrency, ">= 1")
         _check(max_failed_calls >= 1, "max_failed_calls", max_failed_calls, ">= 1")
-        _check(scoring in SCORINGS, "scoring", scoring, f"one of {SCORINGS}")
+        _check(scoring in SCORINGS, "scoring", scoring, f"one of {', '.join(SCORINGS)}")
         _check(backoff_base >= 0, "backoff_base", backoff_base, ">= 0")
         _check(backoff_max >= backoff_base, "backoff_max", backoff_max, ">= backoff_base")
         retry_after_max = backoff_max if retry_after_max is None else retry_after_max
@@ -358,8 +361,9 @@ class OpenAIBackend:
         }
         if self.scoring == "logprobs":
             params["labels"] = list(request.labels)
-        if self.scoring == "loglik":
+        if SCORINGS[self.scoring]:
             params["options"] = list(request.options)
+            params["prompt"] = "prefix-first"  # the prompt layout of `runners.llm.scoring`
         return params
 
     def _seed(self, request: Request) -> int:
@@ -473,7 +477,7 @@ class OpenAIBackend:
         params: dict = {"temperature": self.temperature, "seed": self._seed(request)}
         if self.top_p is not None:
             params["top_p"] = self.top_p
-        if self.scoring == "loglik":
+        if SCORINGS[self.scoring]:
             return await self._loglik(request, params)
         spent_prompt = spent_completion = 0
         if self.scoring == "logprobs" and request.labels:
@@ -513,27 +517,49 @@ class OpenAIBackend:
             text = str(choice.get("text") or "")
             prompt_tokens, completion_tokens = _usage(usage, count_tokens(prefix), text)
             return f"{ANSWER_CUE} {text.strip()}", prompt_tokens, completion_tokens
+        parsed = as_completion_prompt(request.messages)
+        if parsed is None:  # a layout `runners.llm.scoring` does not know: its options scored as shown
+            self._counts["unsplit_prompts"] += 1
+            prompts = [prefix] * len(request.options)
+            option_of, weight, order = range(len(request.options)), [1.0] * len(prompts), None
+        else:
+            plan = plan_prompts(self.scoring, *parsed, request.options)
+            prompts, option_of, weight = list(plan.prompts), plan.option_of, plan.weight
+            order = tie_order(self._seed(request), plan.shown, len(request.options))
+            if self.scoring == "loglik":
+                order = None  # as before the debiased modes: ties go to the first shown
+        full = [p + continuation(request.options[i]) for p, i in zip(prompts, option_of, strict=True)]
         # Sent together, one decision's requests queue back to back (the concurrency limit is first come,
-        # first served), so a server that caches the last prompt evaluates the shared prefix once.
-        prompts = [prefix + continuation(option) for option in request.options]
+        # first served), so a server that caches the last prompt evaluates their shared prefix once.
         answers = await asyncio.gather(
-            *(self._call_completions(p, echo=True, logprobs=0, max_tokens=1, **params) for p in prompts)
+            *(self._call_completions(p, echo=True, logprobs=0, max_tokens=1, **params) for p in full)
         )
-        scores: list[OptionScore] = []
+        totals = [0.0] * len(request.options)
+        tokens = [0] * len(request.options)
         spent_prompt = spent_completion = 0
-        for prompt, (choice, usage) in zip(prompts, answers, strict=True):
+        for base, prompt, i, w, (choice, usage) in zip(
+            prompts, full, option_of, weight, answers, strict=True
+        ):
             try:
-                scores.append(option_loglik(choice, prompt, len(prefix)))
+                score = option_loglik(choice, prompt, len(base))
             except NoPromptLogprobs as exc:
                 raise ConfigError(
-                    f"llm.scoring=loglik: {_public_url(self.base_url)} returns no prompt log-probabilities "
-                    f"({exc}); it needs echo with logprobs on /completions (vLLM, llama-cpp-python with "
-                    "all logits, python -m runners.llm.local.serve), or use llm.scoring=logprobs or text"
+                    f"llm.scoring={self.scoring}: {_public_url(self.base_url)} returns no prompt "
+                    f"log-probabilities ({exc}); it needs echo with logprobs on /completions (vLLM, "
+                    "llama-cpp-python with all logits, python -m runners.llm.local.serve), or use "
+                    "llm.scoring=logprobs or text"
                 ) from None
+            totals[i] += w * score.loglik
+            tokens[i] = tokens[i] or score.tokens
             used = _usage(usage, count_tokens(prompt), str(choice.get("text") or "")[len(prompt) :])
             spent_prompt += used[0]
             spent_completion += used[1]
-        return choose(request.labels, scores), spent_prompt, spent_completion
+            cached = _cached_tokens(usage)
+            if cached is not None:
+                self._counts["server_cached_tokens"] += min(cached, used[0])
+                self._counts["server_counted_prompt_tokens"] += used[0]
+        scores = [OptionScore(t, n or 1) for t, n in zip(totals, tokens, strict=True)]
+        return choose(request.labels, scores, order), spent_prompt, spent_completion
 
     async def _call_completions(self, prompt: str, **params: object) -> tuple[dict, dict]:
         """One text completion (/completions); an endpoint without it (404, 405, 501) is a ConfigError."""
@@ -542,7 +568,7 @@ class OpenAIBackend:
         except _CallFailed as exc:
             if exc.refused and re.match(r"HTTP (404|405|501)\b", str(exc)):
                 raise ConfigError(
-                    f"llm.scoring=loglik: {_public_url(self.base_url)} has no /completions endpoint "
+                    f"llm.scoring={self.scoring}: {_public_url(self.base_url)} has no /completions endpoint "
                     f"({' '.join(str(exc).split())[:80]}); use llm.scoring=logprobs or text"
                 ) from None
             raise
@@ -656,6 +682,15 @@ class OpenAIBackend:
             "completion_tokens": counts["completion_tokens"],
             "cost": round(cost, 6),
         }
+        if counts["server_counted_prompt_tokens"]:
+            # The server's own count: prompt tokens it took from its cache, of those it reported; the share
+            # it evaluated is what prefix-friendly prompts and back-to-back option requests save.
+            sent = counts["server_counted_prompt_tokens"]
+            stats["server_cached_tokens"] = counts["server_cached_tokens"]
+            stats["server_counted_prompt_tokens"] = sent
+            stats["evaluated_prompt_share"] = round(1 - counts["server_cached_tokens"] / sent, 4)
+        if counts["unsplit_prompts"]:
+            stats["unsplit_prompts"] = counts["unsplit_prompts"]
         stats.update(self.cache.stats() if self.cache is not None else {"cache_hits": 0, "cache_misses": 0})
         return stats
 
@@ -671,6 +706,14 @@ def _usage(usage: Mapping[str, object], prompt_estimate: int, text: str) -> tupl
     )
 
 
+def _cached_tokens(usage: Mapping[str, object]) -> int | None:
+    """The prompt tokens the server took from its cache (OpenAI's `usage.prompt_tokens_details.
+    cached_tokens`, which vLLM and `runners.llm.local.llama_server` also report); None when not reported."""
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    return cached if _plausible(cached) else None
+
+
 def check_budget(max_total_tokens: int | None, price_in: float, price_out: float) -> None:
     """The token budget and the prices (per million tokens) are sensible; a ValueError naming the key."""
     _check(max_total_tokens is None or max_total_tokens >= 1, "max_total_tokens", max_total_tokens,
@@ -683,11 +726,19 @@ def planned_cost(request: Request, scoring: str, max_tokens: int | None) -> tupl
     """(HTTP requests, prompt tokens, completion tokens at most) that answering `request` takes with
     `scoring`, prompt tokens counted as for an endpoint that reports no usage (`count_tokens`): what
     `python -m runners.run ... plan=true` adds up before a paid run."""
-    if scoring == "loglik":
+    if SCORINGS.get(scoring):
         prefix = completion_prompt(request.messages)
         if not request.options:
             return 1, count_tokens(prefix), max_tokens or 0
-        prompts = [prefix + continuation(o) for o in request.options]
+        parsed = as_completion_prompt(request.messages)
+        if parsed is None:
+            prompts = [prefix + continuation(o) for o in request.options]
+        else:
+            plan = plan_prompts(scoring, *parsed, request.options)
+            prompts = [
+                p + continuation(request.options[i])
+                for p, i in zip(plan.prompts, plan.option_of, strict=True)
+            ]
         return len(prompts), sum(map(count_tokens, prompts)), len(prompts)
     if scoring == "logprobs" and request.labels:
         instruction = LABEL_INSTRUCTION.format(labels=", ".join(request.labels))

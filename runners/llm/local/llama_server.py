@@ -10,7 +10,8 @@ Here `echo` with `logprobs` scores the prompt's *last line* (after its last newl
 scored, as `runners.agent.prompt.completion_prompt` ends with "Answer: <option>"); earlier prompt tokens get
 null, as the first token always does in OpenAI's API. Only that line's logits are computed, and the
 options of one decision share everything before it, so reading the prompt is paid once per decision:
-the evaluated tokens stay in the cache and the next prompt evaluates only what differs.
+the evaluated tokens stay in the cache and the next prompt evaluates only what differs. An echoed
+completion's `usage.prompt_tokens_details.cached_tokens` says how many prompt tokens came from the cache.
 
 Endpoints: `GET /v1/models`, `POST /v1/completions` (a string `prompt`; with `echo` and `logprobs`:
 `tokens`, `text_offset`, `token_logprobs`, `top_logprobs` and, when `max_tokens` is 1, one greedy token;
@@ -146,6 +147,8 @@ class LoglikModel:
                 "prompt_tokens": len(tokens),
                 "completion_tokens": len(generated),
                 "total_tokens": len(tokens) + len(generated),
+                # the server's own count of prompt tokens it did not evaluate again (OpenAI's field)
+                "prompt_tokens_details": {"cached_tokens": keep},
             },
         }
 

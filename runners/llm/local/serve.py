@@ -113,13 +113,19 @@ def require_local_llm(model: str = "smollm2") -> Path:
 
 
 def server_command(
-    model: Path, port: int, n_ctx: int = 4096, n_threads: int | None = None, name: str = "smollm2"
+    model: Path,
+    port: int,
+    n_ctx: int = 4096,
+    n_threads: int | None = None,
+    name: str = "smollm2",
+    completions_only: bool = False,
 ) -> list[str]:
     """The server command line: llama-cpp-python's server with chatml (SmolLM2's chat template), or
-    runners.llm.local.llama_server for a completions-only base model."""
+    runners.llm.local.llama_server for a completions-only base model, or for any model with
+    `completions_only` (option log-likelihood scoring with the server's count of cached prompt tokens)."""
     threads = n_threads or os.cpu_count() or 1
     served = MODELS[name]
-    if served.completions_only:
+    if served.completions_only or completions_only:
         return [
             sys.executable, "-m", "runners.llm.local.llama_server",
             "--model", str(model),
@@ -158,6 +164,7 @@ def local_llm_server(
     startup_timeout: float = 120.0,
     show_log: bool = False,
     model: str = "smollm2",
+    completions_only: bool = False,
 ) -> Iterator[str]:
     """Start the server for `model` (a key of MODELS) on a loopback port (a free one by default), wait
     until /v1/models answers, yield the base_url (`http://127.0.0.1:PORT/v1`, model name
@@ -173,7 +180,7 @@ def local_llm_server(
         raise RuntimeError(
             f"port {port} is in use (a server already running there?): stop it or pick another"
         )
-    command = server_command(require_local_llm(model), port, n_ctx, n_threads, model)
+    command = server_command(require_local_llm(model), port, n_ctx, n_threads, model, completions_only)
     base_url = f"http://127.0.0.1:{port}/v1"
     # OpenMP threads that spin while waiting make llama.cpp several times slower on a busy machine.
     env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
@@ -220,8 +227,8 @@ def main(argv: list[str] | None = None) -> None:
         argv, command = argv[:split], argv[split + 1 :]
     parser = argparse.ArgumentParser(
         prog="python -m runners.llm.local.serve",
-        usage="%(prog)s [-h] [--model {smollm2,gemma3}] [--port PORT] [--n-ctx N] [--n-threads N] "
-        "[-- COMMAND ...]",
+        usage="%(prog)s [-h] [--model {smollm2,gemma3}] [--completions-only] [--port PORT] [--n-ctx N] "
+        "[--n-threads N] [-- COMMAND ...]",
         description="Serve a local model (SmolLM2-135M-Instruct or Gemma 3 270M) on an OpenAI-compatible "
         "endpoint: in the foreground, or while COMMAND runs (then exit with COMMAND's code).",
     )
@@ -229,12 +236,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--n-ctx", type=int, default=4096)
     parser.add_argument("--n-threads", type=int, default=None)
+    parser.add_argument(
+        "--completions-only",
+        action="store_true",
+        help="serve with runners.llm.local.llama_server (completions only, fast prompt log-probabilities, "
+        "its count of cached prompt tokens) whatever the model",
+    )
     args = parser.parse_args(argv)
     if command == []:
         parser.error("--: give the command to run after it")
     try:
         with local_llm_server(
-            args.port, args.n_ctx, args.n_threads, show_log=command is None, model=args.model
+            args.port,
+            args.n_ctx,
+            args.n_threads,
+            show_log=command is None,
+            model=args.model,
+            completions_only=args.completions_only,
         ) as base_url:
             alias = MODELS[args.model].alias
             served = f"serving {alias} at {base_url} (model name {alias})"

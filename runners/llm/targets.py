@@ -1,0 +1,113 @@
+"""The real-model run's three targets, each met or not, in numbers: `python -m runners.llm.targets --runs DIR
+--out DIR` (writes tables/targets.{md,csv}, and appends the table to README.md when one exists).
+
+1. the stable-phase gain of LWW or TEPA-Rev over No Memory is at least `MIN_GAIN`, its 95% CI above 0;
+2. after the reversal (the full_reversal phase) Append-Only is below No Memory, its CI excluding 0;
+3. after the reversal TEPA-Rev is above Append-Only.
+
+Each difference is paired by seed (a stream's phase success minus the other method's on the same seed),
+with the harness's bootstrap interval over seeds (`analysis.stats.mean_ci`) and the exact sign-flip p.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.data import logformat
+from analysis.data.load import find_runs
+from analysis.report.tables import markdown_table
+from analysis.stats import mean_ci, sign_flip_pvalue
+
+MIN_GAIN = 0.25
+STABLE, REVERSAL = "stable", "full_reversal"
+
+
+def phase_success(root: Path) -> pd.DataFrame:
+    """Success per (method, seed, phase) over every complete stream under `root`."""
+    frames = [
+        pd.read_parquet(run_dir / logformat.EPISODES, columns=["memory", "seed", "phase", "success"])
+        for run_dir in find_runs(root)
+    ]
+    if not frames:
+        raise ValueError(f"runs: no complete run under {root}")
+    episodes = pd.concat(frames, ignore_index=True)
+    return episodes.groupby(["memory", "phase", "seed"])["success"].mean().sort_index()
+
+
+def paired(success: pd.Series, method: str, other: str, phase: str) -> dict:
+    """`method` - `other` in `phase`, paired by seed: mean, 95% CI, sign-flip p, seeds."""
+    a, b = success.loc[(method, phase)], success.loc[(other, phase)]
+    seeds = sorted(set(a.index) & set(b.index))
+    diffs = [float(a[s] - b[s]) for s in seeds]
+    estimate = mean_ci(diffs)
+    return {
+        "phase": phase,
+        "difference": f"{method} - {other}",
+        "mean": estimate.mean,
+        "low": estimate.low,
+        "high": estimate.high,
+        "p_sign_flip": sign_flip_pvalue(diffs),
+        "seeds": len(seeds),
+    }
+
+
+def targets(success: pd.Series) -> pd.DataFrame:
+    """One row per difference the targets name, with the target and whether it is met."""
+    rows = []
+    for method in ("lww", "tepa_rev"):
+        row = paired(success, method, "no_memory", STABLE)
+        row["target"] = f"1: gain >= {MIN_GAIN}, CI above 0"
+        row["met"] = row["mean"] >= MIN_GAIN and row["low"] > 0
+        rows.append(row)
+    row = paired(success, "append_only", "no_memory", REVERSAL)
+    row["target"] = "2: below 0, CI excluding 0"
+    row["met"] = row["mean"] < 0 and row["high"] < 0
+    rows.append(row)
+    row = paired(success, "tepa_rev", "append_only", REVERSAL)
+    row["target"] = "3: above 0"
+    row["met"] = row["mean"] > 0
+    rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def to_markdown(table: pd.DataFrame) -> str:
+    columns = ["Target", "Phase", "Difference", "Mean [95% CI]", "Sign-flip p", "Seeds", "Met"]
+    rows = [
+        [r["target"], r["phase"], r["difference"], f"{r['mean']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}]",
+         f"{r['p_sign_flip']:.3f}", str(r["seeds"]), "yes" if r["met"] else "no"]
+        for _, r in table.iterrows()
+    ]  # fmt: skip
+    note = (
+        "Target 1 is met when either row 1 is (LWW or TEPA-Rev). Differences paired by seed; bootstrap "
+        "95% intervals over seeds; two-sided exact sign-flip p."
+    )
+    return f"## The real-model targets\n\n{markdown_table(columns, rows, 3)}\n{note}\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m runners.llm.targets", description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=Path, required=True, help="root of the run logs")
+    parser.add_argument("--out", type=Path, required=True, help="writes tables/targets.{md,csv}")
+    args = parser.parse_args(argv)
+    try:
+        table = targets(phase_success(args.runs))
+    except (ValueError, KeyError) as error:
+        print(f"runners.llm.targets: {error}", file=sys.stderr)
+        return 2
+    (args.out / "tables").mkdir(parents=True, exist_ok=True)
+    table.to_csv(args.out / "tables" / "targets.csv", index=False)
+    text = to_markdown(table)
+    (args.out / "tables" / "targets.md").write_text(text, encoding="utf-8")
+    readme = args.out / "README.md"
+    if readme.is_file():
+        readme.write_text(readme.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + text, encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
