@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 
 from analysis.data import logformat
 from analysis.data.load import find_runs
-from analysis.report.tables import markdown_table
+from analysis.report.tables import markdown_table, publish_table
 from runners.agent.loop import _logged_replies, run_stream
 from runners.agent.prompt import EVIDENCE_LINE, OPTION_LINE
 from runners.agent.replay import read_records
@@ -177,13 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"analysis.choices: {error}", file=sys.stderr)
         return 2
-    (args.out / "tables").mkdir(parents=True, exist_ok=True)
-    table.to_csv(args.out / "tables" / "choices.csv", index=False)
     text = to_markdown(table)
-    (args.out / "tables" / "choices.md").write_text(text, encoding="utf-8")
-    readme = args.out / "README.md"
-    if readme.is_file():
-        readme.write_text(readme.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + text, encoding="utf-8")
+    publish_table(table, text, args.out, "choices")
     print(text)
     return 0
 

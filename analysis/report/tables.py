@@ -131,6 +131,17 @@ def to_markdown(table: Table) -> str:
     return "\n".join(parts)
 
 
+def publish_table(frame: pd.DataFrame, text: str, out: Path, name: str) -> None:
+    """Write a diagnostic table as `out/tables/<name>.csv` and `.md` (`text`), and append `text` to
+    `out/README.md` when there is one (a model's generated report gains the section)."""
+    (out / "tables").mkdir(parents=True, exist_ok=True)
+    frame.to_csv(out / "tables" / f"{name}.csv", index=False)
+    (out / "tables" / f"{name}.md").write_text(text, encoding="utf-8")
+    readme = out / "README.md"
+    if readme.is_file():
+        readme.write_text(readme.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + text, encoding="utf-8")
+
+
 _LATEX_ESCAPES = {
     "\\": r"\textbackslash{}",
     "&": r"\&",

@@ -19,7 +19,7 @@ import pandas as pd
 
 from analysis.data import logformat
 from analysis.data.load import find_runs
-from analysis.report.tables import markdown_table
+from analysis.report.tables import markdown_table, publish_table
 from analysis.stats import mean_ci, sign_flip_pvalue
 
 MIN_GAIN = 0.25
@@ -98,13 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, KeyError) as error:
         print(f"runners.llm.targets: {error}", file=sys.stderr)
         return 2
-    (args.out / "tables").mkdir(parents=True, exist_ok=True)
-    table.to_csv(args.out / "tables" / "targets.csv", index=False)
     text = to_markdown(table)
-    (args.out / "tables" / "targets.md").write_text(text, encoding="utf-8")
-    readme = args.out / "README.md"
-    if readme.is_file():
-        readme.write_text(readme.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + text, encoding="utf-8")
+    publish_table(table, text, args.out, "targets")
     print(text)
     return 0
 
