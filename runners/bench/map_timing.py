@@ -3,13 +3,13 @@ results_dir, as `python -m runners.bench` reports it (target: at most MAP_BUDGET
 
 from __future__ import annotations
 
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from typing import Any
 
+from runners.bench.clock import children_cpu
 from runners.compose import PROJECT_ROOT
 
 MAP_BUDGET_S = 900  # 15 minutes
@@ -38,7 +38,7 @@ def time_map() -> dict[str, Any]:
     steps: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="tepa-bench-map-") as tmp:
         start = time.perf_counter()
-        cpu_start = _children_cpu()
+        cpu_start = children_cpu()
         for name, command in zip(("map", "noise hypothesis", "analysis"), map_commands(tmp), strict=True):
             step = time.perf_counter()
             done = subprocess.run(command, cwd=PROJECT_ROOT, capture_output=True, text=True)
@@ -49,10 +49,5 @@ def time_map() -> dict[str, Any]:
         return {
             "steps_s": steps,
             "wall_s": round(time.perf_counter() - start, 1),
-            "cpu_s": round(_children_cpu() - cpu_start, 1),
+            "cpu_s": round(children_cpu() - cpu_start, 1),
         }
-
-
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime

@@ -2,9 +2,11 @@
 as the Makefile runs them (side by side, then the analysis), once with `log_samples=true` (the default)
 and once with `log_samples=false`, as a ratio.
 
-The two modes alternate within each of `repeats` rounds (in rotated order) and the medians are
-compared, so that a noisy machine slows both alike; each round writes into a fresh temporary folder, so
-no stream is ever skipped as already complete.
+Each of `repeats` rounds times both modes back to back (in rotated order) and gives one ratio; the
+reported ratio is the median of those paired ratios, so that a machine that is slower in one round than
+in another (these machines are shared) slows both sides of a ratio alike. The CPU seconds of the child
+processes give a second ratio, less moved by other processes' load. Each run writes into a fresh
+temporary folder, so no stream is ever skipped as already complete.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from runners.bench.clock import children_cpu
 from runners.launch import reproduce
 from runners.run import PROJECT_ROOT
 
@@ -34,35 +37,50 @@ def sample_cost(
     seeds: Sequence[int] = SEEDS,
     overrides: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Median wall seconds with and without logged samples, their ratio, and the run trees' sizes
-    (`tree_bytes` measures a folder; `overrides`: Hydra overrides for every job, e.g. shorter streams)."""
-    seconds: dict[bool, list[float]] = {True: [], False: []}
+    """Median wall and CPU seconds with and without logged samples, the medians of the paired ratios
+    (wall and CPU, one pair per round), and the run trees' sizes (`tree_bytes` measures a folder;
+    `overrides`: Hydra overrides for every job, e.g. shorter streams)."""
+    wall: dict[bool, list[float]] = {True: [], False: []}
+    cpu: dict[bool, list[float]] = {True: [], False: []}
     size: dict[bool, int] = {}
     for r in range(repeats):
         for logged in (True, False) if r % 2 == 0 else (False, True):
             with tempfile.TemporaryDirectory(prefix="tepa-bench-samples-") as tmp:
-                seconds[logged].append(_time_once(tmp, logged, seeds, overrides))
+                seconds, cpu_seconds = _time_once(tmp, logged, seeds, overrides)
+                wall[logged].append(seconds)
+                cpu[logged].append(cpu_seconds)
                 size[logged] = tree_bytes(Path(tmp) / "runs")
-    median = {logged: statistics.median(s) for logged, s in seconds.items()}
+
+    def paired(times: dict[bool, list[float]]) -> float:
+        return round(statistics.median(a / b for a, b in zip(times[True], times[False], strict=True)), 3)
+
     return {
         "experiments": list(EXPERIMENTS),
         "seeds": list(seeds),
-        "seconds_logged": round(median[True], 2),
-        "seconds_unlogged": round(median[False], 2),
-        "ratio": round(median[True] / median[False], 3),
+        "rounds": repeats,
+        "seconds_logged": round(statistics.median(wall[True]), 2),
+        "seconds_unlogged": round(statistics.median(wall[False]), 2),
+        "ratio": paired(wall),
+        "round_ratios": [round(a / b, 3) for a, b in zip(wall[True], wall[False], strict=True)],
+        "cpu_seconds_logged": round(statistics.median(cpu[True]), 2),
+        "cpu_seconds_unlogged": round(statistics.median(cpu[False]), 2),
+        "cpu_ratio": paired(cpu),
         "tree_ratio": round(size[True] / size[False], 3) if size[False] else None,
     }
 
 
-def _time_once(results_dir: str, logged: bool, seeds: Sequence[int], overrides: Sequence[str]) -> float:
-    """Wall seconds of the experiments side by side and then the analysis, into `results_dir`."""
+def _time_once(
+    results_dir: str, logged: bool, seeds: Sequence[int], overrides: Sequence[str]
+) -> tuple[float, float]:
+    """Wall seconds and the child processes' CPU seconds of the experiments side by side and then the
+    analysis, into `results_dir`."""
     extra = [f"seeds=[{','.join(map(str, seeds))}]", f"log_samples={str(logged).lower()}", *overrides]
     todo = [
         dataclasses.replace(step, command=[*step.command, *extra])
         for step in reproduce.steps(results_dir)
         if step.name in EXPERIMENTS
     ]
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), children_cpu()
     ran = reproduce.run_side_by_side(todo, echo=False, cwd=PROJECT_ROOT)
     if "failed" in ran:
         raise RuntimeError(f"log_samples={logged}: {ran['failed']}")
@@ -70,4 +88,4 @@ def _time_once(results_dir: str, logged: bool, seeds: Sequence[int], overrides: 
     done = subprocess.run([*analysis, "--quiet"], cwd=PROJECT_ROOT, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"log_samples={logged}: analysis exit {done.returncode}: {done.stderr.strip()}")
-    return time.perf_counter() - start
+    return time.perf_counter() - start, children_cpu() - cpu_start

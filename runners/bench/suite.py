@@ -27,7 +27,6 @@ import contextlib
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from typing import Any
 from analysis.data.logformat import META, read_meta, verify
 from runners.bench import agent as bench_agent
 from runners.bench import memory as bench_memory
+from runners.bench.clock import children_cpu
 from runners.bench.map_timing import MAP_BUDGET_S, time_map
 from runners.bench.retrieval import retrieval_cost
 from runners.bench.samples import sample_cost
@@ -66,6 +66,8 @@ SCALING_MEMORIES = tuple(m for m in bench_agent.PAPER_MEMORIES if m != "reactive
 #: Bytes of results/runs after `make reproduce` (MemoryAgentBench included) before episodes logged what
 #: their prompts held (options, evidence, truth): the budget for the run tree is 1.5 times this.
 RUN_TREE_BEFORE_SAMPLES_BYTES = 383_128_349
+#: --quick's logged-samples timing: one seed of executable drift's shortest phases.
+QUICK_SAMPLES: dict[str, Any] = {"seeds": (0,), "overrides": ("env.phase_length=5",)}
 FLAT_SLOPE = 0.2  # "flat": cost grows less than 100**0.2 = 2.5x over a 100x longer stream
 GROWING_SLOPE = 0.5
 
@@ -100,9 +102,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one repetition: a smoke run")
     parser.add_argument(
         "--only",
-        choices=("retrieval",),
+        choices=("retrieval", "samples"),
         default=None,
-        help="measure this benchmark alone and print its JSON (written to --out only when given)",
+        help="measure this benchmark alone and print its JSON; with --out naming a full bench.json, "
+        "update its section (and bench.md beside it)",
     )
     args = parser.parse_args(argv)
     if args.quick:
@@ -136,16 +139,47 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def only(args: argparse.Namespace) -> int:
-    """`--only retrieval`: the retrieval benchmark alone (the dense target, without the other sections'
-    minutes), printed as JSON and written to --out if given; bench.json and bench.md stay as they are."""
-    overrides = QUICK_ENV_OVERRIDES["preference_stream"] if args.quick else ()
-    report = {"meta": _meta(args), args.only: retrieval_cost(args.repeats, overrides=overrides)}
-    text = json.dumps(report, indent=2) + "\n"
-    if args.out is not None:
+    """`--only retrieval|samples`: that benchmark alone (a target, without the other sections' minutes),
+    printed as JSON. With `--out` naming a full report (a `make bench` bench.json), its section is
+    replaced, the targets recomputed, the date of the new measurement recorded in its meta, and bench.md
+    beside it rewritten; any other `--out` gets the section's JSON alone."""
+    quick = args.quick
+    measure = {
+        "retrieval": lambda: retrieval_cost(
+            args.repeats, overrides=QUICK_ENV_OVERRIDES["preference_stream"] if quick else ()
+        ),
+        "samples": lambda: sample_cost(args.repeats, tree_bytes, **(QUICK_SAMPLES if quick else {})),
+    }[args.only]
+    meta = _meta(args)
+    section = measure()
+    meta["load_average_end"] = _load()
+    text = json.dumps({"meta": meta, args.only: section}, indent=2) + "\n"
+    full = _read_report(args.out) if args.out is not None else None
+    if full is not None:
+        full[args.only] = section
+        full["meta"].setdefault("updated", {})[args.only] = meta
+        full["targets"] = targets(full)
+        args.out.write_text(json.dumps(full, indent=2) + "\n", encoding="utf-8")
+        markdown = args.markdown or args.out.with_name("bench.md")
+        markdown.write_text(render_markdown(full), encoding="utf-8")
+        print(f"updated the {args.only} section of {args.out} and {markdown}", file=sys.stderr)
+    elif args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text, encoding="utf-8")
     print(text, end="")
     return 0
+
+
+def _read_report(path: Path) -> dict[str, Any] | None:
+    """The full report at `path` (one with targets), or None when there is none there; a file that is
+    there but not JSON is a one-line error rather than overwritten."""
+    if not path.is_file():
+        return None
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SystemExit(f"--out {path}: not a readable bench report ({exc})") from None
+    return report if isinstance(report, dict) and "targets" in report and "meta" in report else None
 
 
 def run(args: argparse.Namespace, log: Callable[[str], None] = lambda msg: None) -> dict[str, Any]:
@@ -216,7 +250,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = lambda msg: None)
             lambda: sample_cost(
                 args.repeats,
                 tree_bytes,
-                **({"seeds": (0,), "overrides": ("env.phase_length=5",)} if args.quick else {}),
+                **(QUICK_SAMPLES if args.quick else {}),
             ),
         )
         section(
@@ -265,7 +299,7 @@ def time_reproduce(keep: Path | None = None) -> dict[str, Any]:
         else tempfile.TemporaryDirectory(prefix="tepa-bench-reproduce-")
     ) as tmp:
         experiments, analysis = reproduce_commands(tmp)
-        start, cpu_start = time.perf_counter(), _children_cpu()
+        start, cpu_start = time.perf_counter(), children_cpu()
         ran = reproduce.run_side_by_side(experiments, echo=False, cwd=PROJECT_ROOT)
         steps, skipped = ran["steps_s"], ran["skipped_steps"]
         if "failed" in ran:
@@ -276,7 +310,7 @@ def time_reproduce(keep: Path | None = None) -> dict[str, Any]:
         if done.returncode:
             tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
             return {"steps_s": steps, "failed": f"analysis: exit {done.returncode}: {' / '.join(tail)}"}
-        cpu = round(_children_cpu() - cpu_start, 1)
+        cpu = round(children_cpu() - cpu_start, 1)
         verification = time_verification(Path(tmp) / "runs")
         tree = tree_bytes(Path(tmp) / "runs")
     verification["fraction_of_reproduce"] = round(verification["seconds"] / wall, 4) if wall else None
@@ -294,12 +328,6 @@ def tree_bytes(root: Path) -> int:
     """The apparent size of everything under `root`, directories included (what `du -sb` reports; 0
     when nothing was written)."""
     return sum(p.lstat().st_size for p in (root, *root.rglob("*"))) if root.is_dir() else 0
-
-
-def _children_cpu() -> float:
-    """User plus system CPU seconds of the finished child processes (and theirs) so far."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def time_verification(runs: Path) -> dict[str, Any]:
@@ -396,7 +424,13 @@ def render_markdown(report: dict[str, Any]) -> str:
         "(`--skip-reproduce` leaves out the timing of `make reproduce`); it took "
         f"{meta['bench_seconds']:g} s ("
         + ", ".join(f"{k.replace('_', ' ')} {v:g} s" for k, v in meta["section_seconds"].items())
-        + ").",
+        + ")."
+        + "".join(
+            f" The {name} section was measured again on {m['date']} (`{m['command']}`, {m['repeats']} "
+            f"repetitions, load average {m['load_average_start']} at the start and "
+            f"{m.get('load_average_end', 'unknown')} at the end)."
+            for name, m in meta.get("updated", {}).items()
+        ),
         "",
         "| figure | value | target | met |",
         "|---|---:|---|---|",
@@ -467,8 +501,16 @@ def render_markdown(report: dict[str, Any]) -> str:
             "",
             f"Logging what each prompt held ({' and '.join(samples['experiments'])}, seeds {seeds}, side by "
             f"side and then the analysis, as `make reproduce` runs them): {samples['seconds_logged']:g} s "
-            f"with `log_samples=true` against {samples['seconds_unlogged']:g} s without, "
-            f"{samples['ratio']:g} x; the run tree {samples['tree_ratio']:g} x as large.",
+            f"with `log_samples=true` against {samples['seconds_unlogged']:g} s without (medians); the "
+            f"median of the rounds' paired ratios {samples['ratio']:g} x"
+            + (
+                f" (rounds: {', '.join(f'{r:g}' for r in samples['round_ratios'])}); CPU seconds "
+                f"{samples['cpu_seconds_logged']:g} against {samples['cpu_seconds_unlogged']:g}, "
+                f"{samples['cpu_ratio']:g} x"
+                if "round_ratios" in samples
+                else ""
+            )
+            + f"; the run tree {samples['tree_ratio']:g} x as large.",
         ]
     rep = report["reproduce"]
     if "skipped" in rep:
