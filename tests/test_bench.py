@@ -241,8 +241,10 @@ def test_quick_run_writes_the_json_and_the_report(tmp_path, monkeypatch):
     assert ratio["met"] == (ratio["value"] <= 1.2)
     assert targets["make reproduce: wall seconds"]["met"] is None
     assert report["map"] == {"skipped": "--quick"} and targets["make map: wall seconds"]["met"] is None
-    dense = targets["dense retrieval: preference experiment time / keyed"]
-    assert dense["value"] == report["retrieval"]["ratio_to_keyed"]["dense"] > 0
+    dense = targets["dense retrieval: paper_preference run wall time / keyed"]
+    run = report["retrieval"]["run"]
+    assert dense["value"] == run["dense_ratio"] > 0 and run["dense_cpu_ratio"] > 0 and run["rounds"] == 1
+    assert run["seconds"]["dense"] > 0 and run["seconds"]["keyed"] > 0
     assert report["retrieval"]["ratio_to_keyed"]["keyed"] == 1.0
     md = (tmp_path / "r" / "bench.md").read_text()
     for figure in targets:
@@ -254,12 +256,13 @@ def test_quick_run_writes_the_json_and_the_report(tmp_path, monkeypatch):
 def test_the_sample_cost_times_the_drift_experiments_with_samples_logged_and_not():
     from runners.bench.samples import sample_cost
 
-    cost = sample_cost(2, bench.tree_bytes, seeds=(0,), overrides=("env.phase_length=5",))
+    cost = sample_cost(1, bench.tree_bytes, seeds=(0,), overrides=("env.phase_length=5",))
     assert cost["experiments"] == ["paper_executable", "paper_controlled"] and cost["seeds"] == [0]
     assert cost["seconds_logged"] > 0 and cost["seconds_unlogged"] > 0
     assert cost["cpu_seconds_logged"] > 0 and cost["cpu_seconds_unlogged"] > 0
-    assert cost["rounds"] == len(cost["round_ratios"]) == 2
-    assert cost["ratio"] == pytest.approx(sum(cost["round_ratios"]) / 2, abs=0.002)  # median of two
+    assert cost["rounds"] == len(cost["round_ratios"]) == 1
+    assert cost["ratio"] == cost["round_ratios"][0]
+    assert cost["ratio"] == pytest.approx(cost["seconds_logged"] / cost["seconds_unlogged"], abs=0.002)
     assert cost["tree_ratio"] > 1  # the logged options, evidence, truth and quality take room
 
 
@@ -322,14 +325,21 @@ def test_only_retrieval_measures_that_benchmark_alone(tmp_path, monkeypatch, cap
         calls.append((repeats, tuple(overrides)))
         return {"seconds": {"keyed": 1.0, "dense": 1.5}, "ratio_to_keyed": {"keyed": 1.0, "dense": 1.5}}
 
+    def fake_run(repeats, overrides=()):
+        calls.append(("run", repeats, tuple(overrides)))
+        return {"dense_ratio": 1.2}
+
     monkeypatch.setattr(bench, "retrieval_cost", fake_cost)
+    monkeypatch.setattr(bench, "run_cost", fake_run)
     monkeypatch.chdir(tmp_path)
     assert bench.main(["--only", "retrieval", "--repeats", "2"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert set(printed) == {"meta", "retrieval"} and printed["retrieval"]["ratio_to_keyed"]["dense"] == 1.5
     assert printed["meta"]["command"] == "python -m runners.bench --only retrieval"
-    assert calls == [(2, ())] and not (tmp_path / "results").exists()  # bench.json and bench.md untouched
+    assert printed["retrieval"]["run"] == {"dense_ratio": 1.2}
+    assert calls == [(2, ()), ("run", 2, ())] and not (tmp_path / "results").exists()  # bench.* untouched
     out = tmp_path / "o" / "retrieval.json"
     assert bench.main(["--only", "retrieval", "--quick", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["retrieval"] == printed["retrieval"]
-    assert calls[1] == (1, bench.QUICK_ENV_OVERRIDES["preference_stream"])
+    quick = bench.QUICK_ENV_OVERRIDES["preference_stream"]
+    assert calls[2:] == [(1, quick), ("run", 1, (*quick, "seeds=[0]"))]
