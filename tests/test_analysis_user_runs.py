@@ -58,6 +58,31 @@ def test_a_paper_experiment_run_with_other_settings_is_a_variant_named_in_the_sc
     assert "![paper_controlled (env.phase_length=20): memory pollution index" in readme
 
 
+def test_real_model_drift_runs_fill_the_paper_controlled_rows_as_variants_that_name_each_difference(tmp_path):
+    from tests.helpers.runner import run_overrides
+
+    for memory in ("no_memory", "append_only", "lww", "tepa_rev"):
+        run_overrides(
+            "experiment=llm_drift", "llm=simulated", f"memory={memory}", "env.phase_length=8", "seeds=[0,1]",
+            f"results_dir={tmp_path}", "progress=false",
+        )  # fmt: skip
+    out = tmp_path / "out"
+    assert main(["--runs", str(tmp_path / "runs"), "--out", str(out), "--quiet"]) == 0
+    card = pd.read_csv(out / "tables" / "scorecard.csv", keep_default_na=False)
+    controlled = card[card["experiment"] == "paper_controlled"]
+    assert len(controlled) == 7 and set(controlled["verdict"]) == {"variant"}  # 6 numbers and a p claim
+    (reason,) = set(controlled["reason"])
+    assert reason == (
+        "not the paper's configuration: env.actions, env.phase_length=8, env.phases, "
+        "env=controlled_drift_words, experiment=llm_drift"
+    )  # llm=simulated is the paper experiment's reader: not a difference
+    ours = controlled.set_index(["method", "metric"])["ours"]
+    success = pd.read_csv(out / "tables" / "success_llm_drift.csv")
+    lww = success[(success["memory"] == "lww") & (success["phase"] == "full_reversal")]["mean"].item()
+    assert float(ours[("lww", "success")]) == pytest.approx(lww)
+    assert (card[card["experiment"] == "paper_executable"]["verdict"] == "not run").all()
+
+
 def test_a_run_of_the_paper_configuration_departs_in_nothing(tmp_path):
     from analysis.data.load import load_runs
     from analysis.reference.configuration import paper_departures
