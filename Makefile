@@ -114,6 +114,8 @@ reproduce-llm: $(LLM_STAMP) ## the real-model drift experiment (Gemma 3 270M, Sm
 		$(BIN)/python -m runners.llm.targets --runs results/llm/$$model/runs --out results/llm/$$model \
 			|| exit 1; \
 	done
+	$(BIN)/python -m runners.llm.summary --readme results/llm/README.md \
+		gemma3="Gemma 3 270M" smollm2="SmolLM2-135M-Instruct"
 
 # The scoring-mode pilot (seeds 100-101, the stable phase) for both models, then its table and choice
 # (runners.llm.pilot) into results/llm/pilot/<model>.md.

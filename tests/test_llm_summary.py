@@ -1,0 +1,83 @@
+"""The generated results block of results/llm/README.md (runners.llm.summary), on runs of the real-model
+experiment with the simulated reader, analysed as `make reproduce-llm` analyses a model's runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analysis.__main__ import main as analyse
+from runners.llm import summary
+from runners.llm.targets import main as targets
+from tests.helpers.runner import run_overrides
+
+METHODS = ("no_memory", "append_only", "lww", "tepa_rev")
+
+
+@pytest.fixture(scope="module")
+def model_folder(tmp_path_factory):
+    """A model's folder as `make reproduce-llm` leaves it: runs, the analysis' report and the targets."""
+    root = tmp_path_factory.mktemp("llm")
+    folder = root / "tiny"
+    for memory in METHODS:
+        run_overrides(
+            "experiment=llm_drift", "llm=simulated", f"memory={memory}", "env.phase_length=8", "seeds=[0,1]",
+            f"results_dir={folder}", "progress=false",
+        )  # fmt: skip
+    assert analyse(["--runs", str(folder / "runs"), "--out", str(folder), "--quiet"]) == 0
+    assert targets(["--runs", str(folder / "runs"), "--out", str(folder)]) == 0
+    return folder
+
+
+def test_the_block_holds_each_models_tables_and_run_size_and_leaves_the_prose_alone(model_folder):
+    readme = model_folder.parent / "README.md"
+    readme.write_text(f"# Prose\n\nbefore\n\n{summary.BEGIN}\nold numbers\n{summary.END}\n\nafter\n")
+    assert summary.main(["--readme", str(readme), "tiny=Tiny Model"]) == 0
+    text = readme.read_text()
+    assert text.startswith("# Prose\n\nbefore\n\n") and text.endswith("\n\nafter\n")
+    assert "old numbers" not in text and "### Tiny Model" in text
+    success = (model_folder / "tables" / "success_llm_drift.md").read_text()
+    assert success.splitlines()[2] in text  # the table as the analysis wrote it, not a copy by hand
+    memory_rows = (model_folder / "tables" / "memory_llm_drift.md").read_text().splitlines()
+    assert any("| overall |" in row for row in memory_rows)
+    assert all(
+        row in text for row in memory_rows if row.startswith("| controlled") and "| overall |" not in row
+    )
+    assert not any("| overall |" in row for row in text.split("Reader-free")[1].splitlines())
+    assert "| 2: below 0, CI excluding 0 |" in text
+    decisions = len(METHODS) * 2 * 3 * 8  # methods x seeds x phases x episodes
+    assert f"{len(METHODS) * 2} streams, {decisions:,} decisions, 0 requests" in text
+    assert summary.main(["--readme", str(readme), "tiny=Tiny Model"]) == 0
+    assert readme.read_text() == text  # idempotent: the block is replaced, not appended
+
+
+def test_the_run_size_sums_the_servers_counts_over_streams(tmp_path):
+    for seed, (sent, counted, cached) in enumerate([(100, 80, 40), (50, 50, 10)]):
+        d = tmp_path / f"seed={seed}"
+        d.mkdir()
+        stats = {"requests": 3, "prompt_tokens": sent, "server_counted_prompt_tokens": counted,
+                 "server_cached_tokens": cached}  # fmt: skip
+        meta = {"complete": True, "n_episodes": 10, "backend_stats": stats, "files": {},
+                "started_at": f"2026-12-01T10:0{seed}:00+00:00",
+                "finished_at": f"2026-12-01T10:1{seed}:00+00:00"}  # fmt: skip
+        (d / "meta.json").write_text(json.dumps(meta))
+        (d / "episodes.parquet").write_bytes(b"")
+        (d / "archive.jsonl").write_bytes(b"")
+    size = summary.run_size(tmp_path)
+    assert size["decisions"] == 20 and size["requests"] == 6 and size["prompt_tokens"] == 150
+    assert size["evaluated_share"] == pytest.approx(1 - 50 / 130) and size["minutes"] == pytest.approx(11)
+
+
+@pytest.mark.parametrize("text", ["no markers", f"{summary.END}\n{summary.BEGIN}\n"])
+def test_a_readme_without_one_block_is_refused_in_one_line_and_left_as_it_was(tmp_path, capsys, text):
+    readme = tmp_path / "README.md"
+    readme.write_text(text)
+    assert summary.main(["--readme", str(readme), "tiny=Tiny"]) == 2
+    assert "needs one" in capsys.readouterr().err and readme.read_text() == text
+
+
+def test_a_model_argument_without_a_label_names_itself(capsys):
+    with pytest.raises(SystemExit):
+        summary.main(["--readme", "x.md", "gemma3"])
+    assert "'gemma3': expected FOLDER=Label" in capsys.readouterr().err
