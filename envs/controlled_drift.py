@@ -198,9 +198,10 @@ class ControlledDrift(EnvironmentBase):
         return self._trial_outcome(self._completes(now, other, self._correct(now, other)))
 
     def truth(self, key: Hashable) -> str | None:
-        """The action that completes job `key` in the regime of the latest task (None: not a job)."""
+        """The action that completes job `key` at the latest task: its phase's regime, or where random
+        reversals run, the schedule's (None: not a job)."""
         self._require_reset()
-        return self._regime_at(self._now)[key] if _member(key, self._key_set) else None
+        return self._correct(self._now, key) if _member(key, self._key_set) else None
 
     def _regime_at(self, t: int) -> tuple[str, ...]:
         return self._regimes[max(bisect_right(self._starts, t) - 1, 0)]

@@ -33,7 +33,13 @@ def decisions(env: Any, seed: int = 0) -> Iterator[tuple[Any, str | None]]:
 
 
 @pytest.mark.parametrize(
-    "factory", [lambda: ControlledDrift(phase_length=20), lambda: ExecutableDrift(phase_length=5)]
+    "factory",
+    [
+        lambda: ControlledDrift(phase_length=20),
+        lambda: ExecutableDrift(phase_length=5),
+        lambda: ControlledDrift(phase_length=50, reversal_rate=0.05),  # random reversals within phases
+        lambda: ExecutableDrift(phase_length=10, reversal_rate=0.05),
+    ],
 )
 def test_the_drift_environments_truth_is_the_current_regimes_action(factory):
     env = factory()

@@ -182,6 +182,7 @@ class ExecutableDrift(EnvironmentBase):
         rng = random.Random(f"{self.name}/{self._seed}/regimes")
         self._regimes, chosen = self._draw_regimes(rng)
         self._jobs = {k: self._make_job(k, chosen, rng) for k in range(self.n_keys)}
+        self._rendered: dict[tuple[int, str], str] = {}  # see _invocation
         self._layout = Layout.of(
             {p: d for job in self._jobs.values() for p, d in job.fixture.items()},
             [out for job in self._jobs.values() for out in job.tool.outputs(job.subject)],
@@ -257,11 +258,15 @@ class ExecutableDrift(EnvironmentBase):
         task's `correct` holds; None: not a job)."""
         self._require_reset()
         job = _lookup(self._jobs, key)
-        return (
-            None
-            if job is None
-            else job.tool.invocation(job.subject, self._regime_at(self._now)[job.tool.name])
-        )
+        return None if job is None else self._invocation(job, self._regime_at(self._now)[job.tool.name])
+
+    def _invocation(self, job: Job, version: str) -> str:
+        """The job's right invocation under `version`, rendered once per stream (the tasks and the
+        truth of every decision ask for it again)."""
+        right = self._rendered.get((job.key, version))
+        if right is None:
+            right = self._rendered[(job.key, version)] = job.tool.invocation(job.subject, version)
+        return right
 
     def _run_trial(
         self, sandbox: Sandbox, job: Job, argv: list[str], kind: str, other_job: Job | None, u: float | None
@@ -341,15 +346,12 @@ class ExecutableDrift(EnvironmentBase):
         return result
 
     def _stream(self, rng: random.Random) -> Iterator[Task]:
-        correct: dict[tuple[int, str], str] = {}  # each job's right invocation per version, rendered once
         for t in range(len(PHASES) * self.phase_length):
             key = rng.randrange(self.n_keys)
             job, regime = self._jobs[key], self._regime_at(t)
             version = regime[job.tool.name]
             self._now = t
-            right = correct.get((key, version))
-            if right is None:
-                right = correct[(key, version)] = job.tool.invocation(job.subject, version)
+            right = self._invocation(job, version)
             yield Task(
                 key=key,
                 text=job.text,

@@ -39,7 +39,13 @@ def options_json(options: tuple[str, ...]) -> str:
 
 def truth_json(truths: Sequence[str | None] | None) -> str:
     """The `truth` column: one value (or null) per hop; "" when the environment reports no truth."""
-    return "" if truths is None else _encode(list(truths))
+    return "" if truths is None else _truths_json(tuple(truths))
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _truths_json(truths: tuple[str | None, ...]) -> str:
+    """Cached: a stream asks for the same few truths again and again."""
+    return _encode(list(truths))
 
 
 def prompt_json(prompts: Sequence[Sequence[dict[str, str]]]) -> str:
