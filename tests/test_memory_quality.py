@@ -432,3 +432,33 @@ def test_log_samples_false_leaves_out_what_the_prompt_held_and_changes_no_other_
     write_run(tmp_path, plain)
     with caplog.at_level(logging.WARNING):
         assert load_runs(tmp_path / "runs").runs["sample"].tolist() == [mq.NOT_LOGGED]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_the_incremental_sampler_logs_what_encoding_and_counting_each_prompt_whole_gives(data):
+    """A stream of decisions whose hops grow by appending (Append-Only's), are cut, reordered or rebuilt
+    as equal but new objects, under truths that change: the sampler's evidence text and QUALITY fields
+    are those of `evidence_json` and `episode_quality` at every decision."""
+    from runners.agent.sample import Sampler
+
+    sampler = Sampler()
+    pool = [line(i, data.draw(st.booleans()), data.draw(values)) for i in range(3 * Sampler.SHORT)]
+    hop: list = []
+    for _ in range(data.draw(st.integers(1, 12))):
+        move = data.draw(st.sampled_from(["grow", "grow", "cut", "swap", "copy", "empty"]))
+        if move == "grow":
+            hop = hop + pool[len(hop) : len(hop) + data.draw(st.integers(0, Sampler.SHORT))]
+        elif move == "cut":
+            hop = hop[: data.draw(st.integers(0, len(hop)))]
+        elif move == "swap" and len(hop) > 1:
+            hop = [hop[1], hop[0], *hop[2:]]
+        elif move == "copy":
+            hop = [e._replace() for e in hop]  # equal items, other objects
+        elif move == "empty":
+            hop = []
+        truths = [data.draw(st.one_of(st.none(), values, st.sampled_from([e.value for e in hop] or ["a"])))]
+        short = pool[: data.draw(st.integers(0, 3))]  # a second hop, short, with its own truth
+        hops, truths = [hop, short], [*truths, data.draw(st.one_of(st.none(), values))]
+        assert sampler.sample(hops, truths) == (evidence_json(hops), episode_quality(hops, truths))
+        assert sampler.sample(hops, None) == (evidence_json(hops), episode_quality(hops, None))

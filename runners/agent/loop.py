@@ -34,7 +34,7 @@ from analysis.staleness import episode_quality
 from envs.base import Environment, Task, TruthEnvironment
 from runners.agent.parse import parse_choice, parse_free
 from runners.agent.prompt import labels_for, render
-from runners.agent.sample import evidence_json, options_json, prompt_json, truth_json
+from runners.agent.sample import Sampler, options_json, prompt_json, truth_json
 from runners.llm.backend import Backend, Reply, Request
 from tepa.evidence import Evidence
 from tepa.protocol import EventMemory, Memory, TrialMemory
@@ -260,6 +260,7 @@ async def run_stream(
     boundaries = dict(env.phase_boundaries)
     drain = memory.drain_events if isinstance(memory, EventMemory) else None
     truth = env.truth if isinstance(env, TruthEnvironment) else None
+    sampler = Sampler()
     sent: list[tuple[dict[str, str], ...]] = []  # the current episode's prompts, with log_prompts
     result = StreamResult()
     pending: list[dict[str, Any]] = []  # events of ingest steps, logged with the next episode
@@ -296,12 +297,12 @@ async def run_stream(
         d = await _decide(task, memory, ask, ranker, max_evidence)
         if log_samples:
             truths = [truth(key) for key in d.keys] if truth is not None else None
-            held = evidence_json(d.hops)  # now: acting may change what a memory's own lists hold
+            held, held_quality = sampler.sample(d.hops, truths)  # now: acting may change a memory's lists
             sample = {
                 "options": options_json(tuple(task.options)),
                 "evidence": held,
                 "truth": truth_json(truths),
-                **episode_quality(d.hops, truths),
+                **held_quality,
             }
         else:
             sample = _UNSAMPLED

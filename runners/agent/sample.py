@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 from collections.abc import Sequence
+from typing import NamedTuple
 
+from analysis.staleness import Counts, hop_counts, quality
 from tepa.evidence import Evidence
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -29,6 +32,71 @@ def evidence_entry(e: Evidence) -> str:
 def evidence_json(hops: Sequence[Sequence[Evidence]]) -> str:
     """The `evidence` column: one list per hop of its retrieved lines, in prompt order."""
     return "[" + ",".join("[" + ",".join(map(evidence_entry, hop)) + "]" for hop in hops) + "]"
+
+
+class _Hop(NamedTuple):
+    """A hop the sampler has done: its items, their entries joined, the truth and its counts."""
+
+    items: list[Evidence]
+    body: str
+    truth: str | None
+    counts: Counts | None
+
+
+class Sampler:
+    """The `evidence` column and the QUALITY fields of each decision of one stream (`sample`): the same
+    as `evidence_json` and `analysis.staleness.episode_quality`, computed incrementally.
+
+    A memory that keeps every observation of a key (Append-Only, Reactive Forgetting, Oracle Reset)
+    hands that key's items again at its next decision with the new ones appended, and encoding and
+    counting those hundreds of lines anew at every decision was most of what logging samples cost. So
+    the sampler remembers the last long hop that began with each item; when a hop starts with all of
+    that hop's items (the same objects, in order), only the items after them are encoded and counted.
+    Any other hop is done whole. Each remembered hop holds its items, so a live item's id is its own.
+    """
+
+    SHORT = 16  # hops up to this long are done whole: remembering them would cost more than it saves
+    _SIZE = 4096  # remembered hops; emptied when full
+
+    def __init__(self) -> None:
+        self._last: dict[int, _Hop] = {}
+
+    def sample(
+        self, hops: Sequence[Sequence[Evidence]], truths: Sequence[str | None] | None
+    ) -> tuple[str, dict[str, object]]:
+        """The decision's `evidence` column and QUALITY fields (`truths` None: the environment reports
+        none)."""
+        parts, counts = [], []
+        for hop, truth in zip(hops, truths if truths is not None else [None] * len(hops), strict=True):
+            body, hop_count = self._hop(hop, truth) if len(hop) > self.SHORT else self._whole(hop, truth)
+            parts.append("[" + body + "]")
+            counts.append(hop_count)
+        return "[" + ",".join(parts) + "]", quality(counts)
+
+    @staticmethod
+    def _whole(hop: Sequence[Evidence], truth: str | None) -> tuple[str, Counts | None]:
+        return ",".join(map(evidence_entry, hop)), None if truth is None else hop_counts(hop, truth)
+
+    def _hop(self, hop: Sequence[Evidence], truth: str | None) -> tuple[str, Counts | None]:
+        last = self._last.get(id(hop[0]))
+        done = 0
+        if last is not None and len(last.items) <= len(hop) and all(map(operator.is_, last.items, hop)):
+            done = len(last.items)
+        if not done:
+            body, counts = self._whole(hop, truth)
+        else:
+            new = hop[done:]
+            body = ",".join([last.body, *map(evidence_entry, new)]) if new else last.body
+            if truth is None:
+                counts = None
+            elif last.truth == truth and last.counts is not None:
+                counts = tuple(map(operator.add, last.counts, hop_counts(new, truth)))  # type: ignore[assignment]
+            else:
+                counts = hop_counts(hop, truth)
+        if len(self._last) >= self._SIZE:
+            self._last.clear()
+        self._last[id(hop[0])] = _Hop(list(hop), body, truth, counts)
+        return body, counts
 
 
 @functools.lru_cache(maxsize=1 << 12)
