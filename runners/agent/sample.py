@@ -12,6 +12,7 @@ import functools
 import json
 import operator
 from collections.abc import Sequence
+from json.encoder import c_encode_basestring  # type: ignore[attr-defined]
 from typing import NamedTuple
 
 from analysis.staleness import Counts, hop_counts, quality
@@ -26,7 +27,8 @@ def evidence_entry(e: Evidence) -> str:
     memory line shows (`runners.agent.prompt.evidence_line`), counts null where the method keeps none."""
     verdict = '"VALID"' if e.holds else '"FAILED"'
     counts = "null,null" if e.support is None else f"{int(e.support)},{int(e.conflict or 0)}"
-    return f"[{int(e.t)},{verdict},{_encode(e.value)},{counts}]"
+    value = c_encode_basestring(e.value) if type(e.value) is str else _encode(e.value)  # the encoder's text
+    return f"[{int(e.t)},{verdict},{value},{counts}]"
 
 
 def evidence_json(hops: Sequence[Sequence[Evidence]]) -> str:
@@ -65,7 +67,11 @@ class Sampler:
         self, hops: Sequence[Sequence[Evidence]], truths: Sequence[str | None] | None
     ) -> tuple[str, dict[str, object]]:
         """The decision's `evidence` column and QUALITY fields (`truths` None: the environment reports
-        none)."""
+        none). The fields' dict may be shared with other decisions: copy it, never modify it."""
+        if len(hops) == 1:  # most decisions: one hop, and its QUALITY fields one of a few
+            hop, truth = hops[0], None if truths is None else truths[0]
+            body, one = self._hop(hop, truth) if len(hop) > self.SHORT else self._whole(hop, truth)
+            return "[[" + body + "]]", _quality_of(one)
         parts, counts = [], []
         for hop, truth in zip(hops, truths if truths is not None else [None] * len(hops), strict=True):
             body, hop_count = self._hop(hop, truth) if len(hop) > self.SHORT else self._whole(hop, truth)
@@ -97,6 +103,12 @@ class Sampler:
             self._last.clear()
         self._last[id(hop[0])] = _Hop(list(hop), body, truth, counts)
         return body, counts
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _quality_of(counts: Counts | None) -> dict[str, object]:
+    """`quality` of one hop's counts, cached (callers copy it): counts of a stream repeat."""
+    return quality([counts])
 
 
 @functools.lru_cache(maxsize=1 << 12)
