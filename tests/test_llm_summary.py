@@ -52,21 +52,23 @@ def test_the_block_holds_each_models_tables_and_run_size_and_leaves_the_prose_al
     assert readme.read_text() == text  # idempotent: the block is replaced, not appended
 
 
-def test_the_run_size_sums_the_servers_counts_over_streams(tmp_path):
-    for seed, (sent, counted, cached) in enumerate([(100, 80, 40), (50, 50, 10)]):
+def test_the_run_size_takes_each_methods_last_counts_and_sums_them_over_methods(tmp_path):
+    # lww's two seeds share one backend: the second to end carries the counts of both
+    rows = [("lww", 3, 100, 80, 40), ("lww", 5, 150, 120, 60), ("tepa_rev", 2, 50, 50, 10)]
+    for seed, (memory, calls, sent, counted, cached) in enumerate(rows):
         d = tmp_path / f"seed={seed}"
         d.mkdir()
-        stats = {"requests": 3, "prompt_tokens": sent, "server_counted_prompt_tokens": counted,
-                 "server_cached_tokens": cached}  # fmt: skip
-        meta = {"complete": True, "n_episodes": 10, "backend_stats": stats, "files": {},
+        stats = {"calls": calls, "requests": 2 * calls, "prompt_tokens": sent,
+                 "server_counted_prompt_tokens": counted, "server_cached_tokens": cached}  # fmt: skip
+        meta = {"complete": True, "memory": memory, "n_episodes": 10, "backend_stats": stats, "files": {},
                 "started_at": f"2026-12-01T10:0{seed}:00+00:00",
                 "finished_at": f"2026-12-01T10:1{seed}:00+00:00"}  # fmt: skip
         (d / "meta.json").write_text(json.dumps(meta))
         (d / "episodes.parquet").write_bytes(b"")
         (d / "archive.jsonl").write_bytes(b"")
     size = summary.run_size(tmp_path)
-    assert size["decisions"] == 20 and size["requests"] == 6 and size["prompt_tokens"] == 150
-    assert size["evaluated_share"] == pytest.approx(1 - 50 / 130) and size["minutes"] == pytest.approx(11)
+    assert size["decisions"] == 30 and size["requests"] == 14 and size["prompt_tokens"] == 200
+    assert size["evaluated_share"] == pytest.approx(1 - 70 / 170) and size["minutes"] == pytest.approx(12)
 
 
 @pytest.mark.parametrize("text", ["no markers", f"{summary.END}\n{summary.BEGIN}\n"])

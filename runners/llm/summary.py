@@ -23,22 +23,30 @@ END = "<!-- end of generated results -->"
 
 
 def run_size(runs: Path) -> dict[str, float]:
-    """Decisions, requests, prompt tokens sent and evaluated by the server, and the wall minutes from
-    the first stream's start to the last one's end, over every complete stream under `runs`."""
+    """Decisions, requests, prompt tokens sent and the share the server evaluated, and the wall minutes
+    from the first stream's start to the last one's end, over every complete stream under `runs`.
+
+    A method's seeds run in one process through one backend, and each stream's meta.json records that
+    backend's counts as they stood when the stream ended; so a method's counts are those of its stream
+    that ended last (the largest), and the run's are their sum over methods."""
     metas = [json.loads((d / logformat.META).read_text(encoding="utf-8")) for d in find_runs(runs)]
     if not metas:
         raise ValueError(f"{runs}: no complete run")
-    stats = [m.get("backend_stats") or {} for m in metas]
-    sent = sum(s.get("prompt_tokens", 0) for s in stats)
-    counted = sum(s.get("server_counted_prompt_tokens", 0) for s in stats)  # those the server reported on
-    cached = sum(s.get("server_cached_tokens", 0) for s in stats)
+    last: dict[str, dict] = {}
+    for meta in metas:
+        stats = meta.get("backend_stats") or {}
+        seen = last.get(meta["memory"])
+        if seen is None or stats.get("calls", 0) >= seen.get("calls", 0):
+            last[meta["memory"]] = stats
+    counted = sum(s.get("server_counted_prompt_tokens", 0) for s in last.values())  # those it reported on
+    cached = sum(s.get("server_cached_tokens", 0) for s in last.values())
     start = min(datetime.fromisoformat(m["started_at"]) for m in metas)
     end = max(datetime.fromisoformat(m["finished_at"]) for m in metas)
     return {
         "streams": len(metas),
         "decisions": sum(m["n_episodes"] for m in metas),
-        "requests": sum(s.get("requests", 0) for s in stats),
-        "prompt_tokens": sent,
+        "requests": sum(s.get("requests", 0) for s in last.values()),
+        "prompt_tokens": sum(s.get("prompt_tokens", 0) for s in last.values()),
         "evaluated_share": 1 - cached / counted if counted else float("nan"),
         "minutes": (end - start).total_seconds() / 60,
     }
