@@ -97,6 +97,7 @@ test-llm: $(LLM_STAMP) ## integration tests against the real local models
 # (its count of cached prompt tokens is in every stream's backend_stats): controlled drift with the five
 # methods, 8 seeds (conf/experiment/llm_drift.yaml), into results/llm/<model>/; size and time in
 # results/llm/README.md. One job at a time, so that one decision's option requests reach the server together.
+# Each model's folder holds that run alone: --replace, so that a changed design replaces the committed one.
 LLM_NICE := nice -n 5
 LLM_ORDER := no_memory,append_only,lww,tepa_rev,tepa_norev
 reproduce-llm: $(LLM_STAMP) ## the real-model drift experiment (Gemma 3 270M, SmolLM2-135M) into results/llm/
@@ -107,7 +108,7 @@ reproduce-llm: $(LLM_STAMP) ## the real-model drift experiment (Gemma 3 270M, Sm
 		$(RUN) experiment=llm_drift llm=local results_dir=results/llm/smollm2 hydra.launcher.n_jobs=1 \
 		llm.base_url=http://127.0.0.1:$(LLM_PORT)/v1
 	for model in gemma3 smollm2; do \
-		$(BIN)/python -m analysis --runs results/llm/$$model/runs --out results/llm/$$model \
+		$(BIN)/python -m analysis --runs results/llm/$$model/runs --out results/llm/$$model --replace \
 			--backend-note results/llm/$$model/BACKEND.md && \
 		$(BIN)/python -m analysis.choices --runs results/llm/$$model/runs --out results/llm/$$model \
 			--order $(LLM_ORDER) && \
