@@ -34,17 +34,22 @@ def test_a_folder_holding_only_a_sweep_is_analysed_with_its_success_per_phase(tm
     assert "(n=2, no CI)" in table
 
 
-def test_a_paper_experiment_run_with_other_settings_is_a_variant_named_in_the_scorecard_and_titles(tmp_path):
+def analysed_drift(tmp_path, *overrides: str) -> tuple:
+    """Four methods of a drift experiment on seeds 0-1 under `overrides`, analysed into tmp_path/out: the
+    output folder and its scorecard."""
     from tests.helpers.runner import run_overrides
 
     for memory in ("no_memory", "append_only", "lww", "tepa_rev"):
         run_overrides(
-            "experiment=paper_controlled", f"memory={memory}", "env.phase_length=20", "seeds=[0,1]",
-            f"results_dir={tmp_path}", "progress=false",
-        )  # fmt: skip
+            *overrides, f"memory={memory}", "seeds=[0,1]", f"results_dir={tmp_path}", "progress=false"
+        )
     out = tmp_path / "out"
     assert main(["--runs", str(tmp_path / "runs"), "--out", str(out), "--quiet"]) == 0
-    card = pd.read_csv(out / "tables" / "scorecard.csv", keep_default_na=False)
+    return out, pd.read_csv(out / "tables" / "scorecard.csv", keep_default_na=False)
+
+
+def test_a_paper_experiment_run_with_other_settings_is_a_variant_named_in_the_scorecard_and_titles(tmp_path):
+    out, card = analysed_drift(tmp_path, "experiment=paper_controlled", "env.phase_length=20")
     controlled = card[card["experiment"] == "paper_controlled"]
     assert set(controlled["verdict"]) == {"variant"}
     assert set(controlled["reason"]) == {"not the paper's configuration: env.phase_length=20"}
@@ -59,16 +64,7 @@ def test_a_paper_experiment_run_with_other_settings_is_a_variant_named_in_the_sc
 
 
 def test_real_model_drift_runs_fill_the_paper_controlled_rows_as_variants_that_name_each_difference(tmp_path):
-    from tests.helpers.runner import run_overrides
-
-    for memory in ("no_memory", "append_only", "lww", "tepa_rev"):
-        run_overrides(
-            "experiment=llm_drift", "llm=simulated", f"memory={memory}", "env.phase_length=8", "seeds=[0,1]",
-            f"results_dir={tmp_path}", "progress=false",
-        )  # fmt: skip
-    out = tmp_path / "out"
-    assert main(["--runs", str(tmp_path / "runs"), "--out", str(out), "--quiet"]) == 0
-    card = pd.read_csv(out / "tables" / "scorecard.csv", keep_default_na=False)
+    out, card = analysed_drift(tmp_path, "experiment=llm_drift", "llm=simulated", "env.phase_length=8")
     controlled = card[card["experiment"] == "paper_controlled"]
     assert len(controlled) == 7 and set(controlled["verdict"]) == {"variant"}  # 6 numbers and a p claim
     (reason,) = set(controlled["reason"])

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from runners.bench.agent import PAPER_MEMORIES, _run
-from runners.bench.clock import children_cpu
+from runners.bench.clock import children_cpu, paired_ratio
 from runners.compose import PROJECT_ROOT, compose_spec
 from runners.launch import reproduce
 
@@ -85,14 +85,11 @@ def run_cost(repeats: int, overrides: Sequence[str] = ()) -> dict[str, Any]:
                 wall[mode].append(time.perf_counter() - start)
                 cpu[mode].append(children_cpu() - cpu_start)
 
-    def paired(times: dict[str, list[float]]) -> float:
-        return round(statistics.median(d / k for d, k in zip(times["dense"], times["keyed"], strict=True)), 3)
-
     return {
         "experiment": RUN_EXPERIMENT,
         "rounds": repeats,
         "seconds": {mode: round(statistics.median(s), 2) for mode, s in wall.items()},
         "cpu_seconds": {mode: round(statistics.median(s), 2) for mode, s in cpu.items()},
-        "dense_ratio": paired(wall),
-        "dense_cpu_ratio": paired(cpu),
+        "dense_ratio": paired_ratio(wall["dense"], wall["keyed"]),
+        "dense_cpu_ratio": paired_ratio(cpu["dense"], cpu["keyed"]),
     }

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from runners.bench.clock import children_cpu
+from runners.bench.clock import children_cpu, paired_ratio
 from runners.launch import reproduce
 from runners.run import PROJECT_ROOT
 
@@ -51,20 +51,17 @@ def sample_cost(
                 cpu[logged].append(cpu_seconds)
                 size[logged] = tree_bytes(Path(tmp) / "runs")
 
-    def paired(times: dict[bool, list[float]]) -> float:
-        return round(statistics.median(a / b for a, b in zip(times[True], times[False], strict=True)), 3)
-
     return {
         "experiments": list(EXPERIMENTS),
         "seeds": list(seeds),
         "rounds": repeats,
         "seconds_logged": round(statistics.median(wall[True]), 2),
         "seconds_unlogged": round(statistics.median(wall[False]), 2),
-        "ratio": paired(wall),
+        "ratio": paired_ratio(wall[True], wall[False]),
         "round_ratios": [round(a / b, 3) for a, b in zip(wall[True], wall[False], strict=True)],
         "cpu_seconds_logged": round(statistics.median(cpu[True]), 2),
         "cpu_seconds_unlogged": round(statistics.median(cpu[False]), 2),
-        "cpu_ratio": paired(cpu),
+        "cpu_ratio": paired_ratio(cpu[True], cpu[False]),
         "tree_ratio": round(size[True] / size[False], 3) if size[False] else None,
     }
 
