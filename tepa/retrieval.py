@@ -205,18 +205,20 @@ class DenseRanker:
 
     Memory texts repeat (templated observations, the same stored items query after query), so each
     distinct text is embedded once, when first seen, and its vector kept as a row of one matrix; a
-    query maps its documents to rows (one dictionary lookup each), scores the distinct rows with one
-    matrix-vector product and hands each document its row's score.
+    query maps its documents to rows (one dictionary lookup each) and reads their scores from the
+    query's vector of scores, filled in the first time a row is asked for. A score is the sum of the
+    two vectors' products, computed row by row (`_cosines`), so it depends only on the two texts:
+    never on which other documents a query scores, nor on the order texts were first seen in.
     """
 
     positive_only = False
-    _PRODUCTS_SIZE = 256  # memoised products: a memory's distinct texts repeat from query to query
+    _QUERIES_SIZE = 256  # remembered score vectors: a stream asks the same few questions again and again
 
     def __init__(self, embed: Callable[[list[str]], np.ndarray]) -> None:
         self._embed = embed
         self._row: dict[str, int] = {}
         self._matrix = np.zeros((0, 0), dtype=np.float32)
-        self._products: dict[tuple[int, bytes], np.ndarray] = {}  # (query row, distinct rows) -> scores
+        self._by_query: dict[int, np.ndarray] = {}  # query row -> score of each row (NaN: not yet asked)
 
     def _add(self, texts: list[str]) -> None:
         """Embed the texts not seen yet, in one call, in order of first occurrence."""
@@ -243,22 +245,33 @@ class DenseRanker:
         if q is None:
             self._add([query])
             q = row(query)
-        # The distinct rows in order of first occurrence, scored by one product in that order: the
-        # product's floats depend on the rows it multiplies, so this order keeps every score as it was.
-        first = np.full(len(self._row), n)
-        np.minimum.at(first, rows, np.arange(n))
-        seen = np.flatnonzero(first < n)
-        distinct = seen[np.argsort(first[seen])]
-        memo = (q, distinct.tobytes())
-        sims = self._products.get(memo)
-        if sims is None:
-            sims = (self._matrix[distinct] @ self._matrix[q]).astype(float)
-            if len(self._products) >= self._PRODUCTS_SIZE:
-                self._products.clear()
-            self._products[memo] = sims
-        by_row = np.empty(len(self._row))
-        by_row[distinct] = sims
-        return by_row[rows]
+        known = self._by_query.get(q)
+        if known is None or len(known) < len(self._row):
+            known = self._grown(q, known)
+        sims = known[rows]
+        unasked = np.isnan(sims)
+        if unasked.any():
+            need = np.unique(rows[unasked])
+            known[need] = _cosines(self._matrix[need], self._matrix[q])
+            sims = known[rows]
+        return sims.astype(float)
+
+    def _grown(self, q: int, known: np.ndarray | None) -> np.ndarray:
+        """The query's score vector, sized to the matrix (new rows NaN), remembered."""
+        grown = np.full(len(self._matrix), np.nan, dtype=np.float32)
+        if known is None:
+            if len(self._by_query) >= self._QUERIES_SIZE:
+                self._by_query.clear()
+        else:
+            grown[: len(known)] = known
+        self._by_query[q] = grown
+        return grown
+
+
+def _cosines(rows: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Each row's dot product with `query`, as an elementwise product summed along the row: the sum of a
+    row is the same whatever rows stand beside it (a matrix product's need not be)."""
+    return np.multiply(rows, query).sum(axis=1)
 
 
 def rank(candidates: Iterable[Evidence], query: Query, top_k: int = DEFAULT_TOP_K) -> list[Evidence]:

@@ -124,17 +124,22 @@ def test_a_sweep_over_modes_names_each_mode_in_its_directory():
     )
 
 
-def test_dense_scores_are_the_product_of_the_distinct_texts_in_order_of_first_occurrence():
+def test_a_dense_score_depends_only_on_the_query_and_the_document_never_on_the_others_scored():
     rng = np.random.default_rng(3)
-    vectors = {t: v / np.linalg.norm(v) for t, v in zip("qabcde", rng.standard_normal((6, 384)), strict=True)}
-    ranker = DenseRanker(lambda texts: np.array([vectors[t] for t in texts], dtype=np.float32))
-    docs = list("cabacdaeec")
+    texts = [f"t{i}" for i in range(40)]
+    vectors = {
+        t: v / np.linalg.norm(v) for t, v in zip(["q", *texts], rng.standard_normal((41, 384)), strict=True)
+    }
+    ranker = DenseRanker(lambda batch: np.array([vectors[t] for t in batch], dtype=np.float32))
+    docs = [texts[i] for i in rng.integers(0, 40, 60)]
     scores = ranker.scores("q", docs)
-    distinct = list(dict.fromkeys(docs))  # the texts as the product multiplies them: c, a, b, d, e
-    matrix = np.array([vectors[t] for t in distinct], dtype=np.float32)
-    expected = (matrix @ np.asarray(vectors["q"], dtype=np.float32)).astype(float)
-    assert scores.tobytes() == expected[[distinct.index(d) for d in docs]].tobytes()  # bit for bit
-    part = matrix[:3] @ np.asarray(vectors["q"], dtype=np.float32)  # c, a, b: a product of their own
-    assert ranker.scores("q", list("caba")).tobytes() == part.astype(float)[[0, 1, 2, 1]].tobytes()
-    again = ranker.scores("q", docs)
-    assert again.tobytes() == scores.tobytes() and len(ranker._products) == 2  # the product remembered
+    expected = [float(np.dot(vectors[d], vectors["q"])) for d in docs]
+    assert np.allclose(scores, expected, atol=1e-6)
+    for _ in range(5):  # other subsets, other orders, texts first seen in another order: the same floats
+        fresh = DenseRanker(lambda batch: np.array([vectors[t] for t in batch], dtype=np.float32))
+        fresh.scores("q", list(rng.permutation(texts)[:7]))
+        subset = list(rng.permutation(docs)[:11])
+        got = dict(zip(subset, fresh.scores("q", subset).tolist(), strict=True))
+        assert all(got[d] == s for d, s in zip(docs, scores.tolist(), strict=True) if d in got)
+    assert ranker.scores("q", docs).tobytes() == scores.tobytes()
+    assert ranker.scores("q", docs[:1]).tobytes() == scores[:1].tobytes()
