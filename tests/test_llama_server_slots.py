@@ -1,0 +1,36 @@
+"""Which cache slot the local completions server evaluates a prompt in (runners.llm.local.llama_server):
+a prompt goes where its shared prefix is longest, unless evaluating there would throw away more cache
+than it reuses; then an emptier slot takes it."""
+
+from __future__ import annotations
+
+import pytest
+
+from runners.llm.local.llama_server import pick_slot
+
+SYSTEM = [1, 2, 3]
+
+
+def test_a_prompt_goes_to_the_slot_that_shares_the_longest_prefix():
+    cached = [SYSTEM + [10, 11, 12, 13], SYSTEM + [20, 21, 22, 23]]
+    assert pick_slot(cached, [1, 2], SYSTEM + [20, 21, 22, 99]) == 1
+    assert pick_slot(cached, [2, 1], SYSTEM + [10, 11, 12, 13, 14]) == 0
+
+
+def test_a_prompt_that_shares_only_the_instructions_takes_an_empty_slot_rather_than_evict_a_long_memory():
+    memory = SYSTEM + list(range(100, 160))
+    assert pick_slot([memory, []], [2, 1], SYSTEM + [7, 8]) == 1
+
+
+def test_when_every_slot_is_as_good_the_least_recently_used_one_is_taken():
+    assert pick_slot([[], [], []], [3, 1, 2], SYSTEM) == 1
+    cached = [SYSTEM + [9], SYSTEM + [8]]
+    assert pick_slot(cached, [5, 4], SYSTEM + [7]) == 1
+
+
+@pytest.mark.parametrize("slots", [0, -1])
+def test_a_server_needs_at_least_one_slot(slots, tmp_path):
+    from runners.llm.local.llama_server import LoglikModel
+
+    with pytest.raises(ValueError, match="slots: must be >= 1"):
+        LoglikModel(tmp_path / "none.gguf", "m", 512, 1, swa_full=False, slots=slots)
