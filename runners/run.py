@@ -162,8 +162,9 @@ def run_interruptible(main: Coroutine[Any, Any, RunSummary]) -> RunSummary:
 
 
 async def run_spec(spec: RunSpec, variant: Variant | None = None) -> RunSummary:
-    """Run every seed of `spec` that is not complete yet, concurrently (`variant`: how the config
-    differs from its experiment's own, which names the stream directories; None: the plain ones)."""
+    """Run every seed of `spec` that is not complete yet, concurrently (at most `spec.streams_at_once` at
+    a time; `variant`: how the config differs from its experiment's own, which names the stream
+    directories; None: the plain ones)."""
     # Build everything before the first episode (and before looking at old runs), so that a bad value
     # stops the run with its message whatever is on disk.
     parts: dict[int, list[Any]] = {}
@@ -178,10 +179,13 @@ async def run_spec(spec: RunSpec, variant: Variant | None = None) -> RunSummary:
         desc = f"{spec.name} {spec.env.label} {spec.memory.label}"
         total = _total([env for env, _ in parts.values()], spec.max_episodes)
         with tqdm(total=total, desc=desc, unit="ep", disable=not enabled, dynamic_ncols=True) as bar:
-            results = await asyncio.gather(
-                *(_stream(spec, seed, parts[seed], backend, variant, bar) for seed in spec.seeds),
-                return_exceptions=True,
-            )
+            gate = asyncio.Semaphore(spec.streams_at_once or len(spec.seeds))
+
+            async def gated(seed: int) -> StreamOutcome:
+                async with gate:
+                    return await _stream(spec, seed, parts[seed], backend, variant, bar)
+
+            results = await asyncio.gather(*(gated(seed) for seed in spec.seeds), return_exceptions=True)
     finally:
         for env, _ in parts.values():
             env.close()
