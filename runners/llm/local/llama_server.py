@@ -13,7 +13,7 @@ options of one decision share everything before it, so reading the prompt is pai
 the evaluated tokens stay in the cache and the next prompt evaluates only what differs. An echoed
 completion's `usage.prompt_tokens_details.cached_tokens` says how many prompt tokens came from the cache.
 
-Several cache slots (`--slots`, default 6: contexts sharing the memory-mapped weights) keep prompts that
+Several cache slots (`--slots`, default 6: a llama.cpp instance each, about 0.4 GB for Gemma) keep prompts that
 alternate between prefixes cached side by side: a drift stream's jobs each have their own memory, and
 calibrated scoring alternates every decision's prompt with and without it. A prompt is evaluated in
 aligned blocks up to its last line, so its scores are the same floats whatever was cached before (see
@@ -80,8 +80,8 @@ def _shared(a: Sequence[int], b: Sequence[int]) -> int:
 
 class LoglikModel:
     """A llama.cpp model that scores the last line of a prompt, reusing the evaluated prefix. `slots`
-    contexts share the model's weights (memory-mapped), each with its own cache; a prompt is evaluated in
-    the one `pick_slot` chooses, so prompts that alternate between two prefixes are not read again."""
+    instances of the model each keep their own cache; a prompt is evaluated in the one `pick_slot`
+    chooses, so prompts that alternate between prefixes are not read again."""
 
     def __init__(
         self, model: Path, alias: str, n_ctx: int, n_threads: int, swa_full: bool, slots: int = 1
