@@ -13,11 +13,11 @@ options of one decision share everything before it, so reading the prompt is pai
 the evaluated tokens stay in the cache and the next prompt evaluates only what differs. An echoed
 completion's `usage.prompt_tokens_details.cached_tokens` says how many prompt tokens came from the cache.
 
-Several cache slots (`--slots`, default 6: a llama.cpp instance each, about 0.4 GB for Gemma) keep prompts that
-alternate between prefixes cached side by side: a drift stream's jobs each have their own memory, and
-calibrated scoring alternates every decision's prompt with and without it. A prompt is evaluated in
-aligned blocks up to its last line, so its scores are the same floats whatever was cached before (see
-`LoglikModel._evaluate`): the slots and a run's history change the time, never an answer.
+Several cache slots (`--slots`, default 6: a llama.cpp instance each, about 0.4 GB for Gemma) keep
+prompts that alternate between prefixes cached side by side: a drift stream's jobs each have their own
+memory, and calibrated scoring alternates every decision's prompt with and without it. A prompt is
+evaluated in aligned blocks up to its last line, so its scores are the same floats whatever was cached
+before (see `LoglikModel._evaluate`): the slots and a run's history change the time, never an answer.
 
 Endpoints: `GET /v1/models`, `POST /v1/completions` (a string `prompt`; with `echo` and `logprobs`:
 `tokens`, `text_offset`, `token_logprobs`, `top_logprobs` and, when `max_tokens` is 1, one greedy token;
