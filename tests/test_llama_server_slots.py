@@ -1,6 +1,6 @@
 """Which cache slot the local completions server evaluates a prompt in (runners.llm.local.llama_server):
-a prompt goes where its shared prefix is longest, unless evaluating there would throw away more cache
-than it reuses; then an emptier slot takes it."""
+a prompt goes where its shared prefix is longest when that is at least half of it, else to the least
+recently used slot, so that a prompt sharing only the instructions never evicts another job's memory."""
 
 from __future__ import annotations
 
@@ -19,13 +19,20 @@ def test_a_prompt_goes_to_the_slot_that_shares_the_longest_prefix():
 
 def test_a_prompt_that_shares_only_the_instructions_takes_an_empty_slot_rather_than_evict_a_long_memory():
     memory = SYSTEM + list(range(100, 160))
-    assert pick_slot([memory, []], [2, 1], SYSTEM + [7, 8]) == 1
+    assert pick_slot([memory, []], [2, 0], SYSTEM + [7, 8, 9, 10]) == 1
 
 
-def test_when_every_slot_is_as_good_the_least_recently_used_one_is_taken():
-    assert pick_slot([[], [], []], [3, 1, 2], SYSTEM) == 1
-    cached = [SYSTEM + [9], SYSTEM + [8]]
-    assert pick_slot(cached, [5, 4], SYSTEM + [7]) == 1
+def test_with_every_slot_full_a_prompt_sharing_little_evicts_the_least_recently_used_not_the_shortest():
+    short, long_recent, long_old = (
+        SYSTEM + [5],
+        SYSTEM + list(range(100, 160)),
+        SYSTEM + list(range(200, 260)),
+    )
+    assert pick_slot([short, long_recent, long_old], [9, 8, 3], SYSTEM + list(range(300, 310))) == 2
+
+
+def test_among_slots_that_share_as_much_the_most_recently_used_keeps_serving():
+    assert pick_slot([SYSTEM + [9], SYSTEM + [9]], [5, 4], SYSTEM + [9, 7]) == 0
 
 
 @pytest.mark.parametrize("slots", [0, -1])

@@ -57,16 +57,16 @@ class _Slot:
 
 
 def pick_slot(cached: Sequence[Sequence[int]], used: Sequence[int], tokens: Sequence[int]) -> int:
-    """The slot a prompt of `tokens` is evaluated in: the one whose cache keeps the most that is useful,
-    i.e. the most shared prefix less what evaluating there throws away (`2 * shared - cached`); ties go
-    to the least recently used. So a prompt that shares only the instructions with a slot holding a long
-    memory goes to another slot rather than evict it: calibrated scoring's prompts with and without the
-    memory each keep their own cache across a stream's decisions."""
-
-    def gain(i: int) -> int:
-        return 2 * _shared(cached[i], tokens) - len(cached[i])
-
-    return max(range(len(cached)), key=lambda i: (gain(i), -used[i]))
+    """The slot a prompt of `tokens` is evaluated in: the one sharing the longest prefix with it when
+    that is at least half the prompt, else the least recently used (an empty slot first). So a prompt
+    that shares only the instructions with a slot holding another job's memory takes a slot of its own
+    rather than evict it (as llama.cpp's server picks a slot by prompt similarity), and slots left by a
+    finished stream are reused oldest first."""
+    shared = [_shared(c, tokens) for c in cached]
+    best = max(range(len(cached)), key=lambda i: (shared[i], used[i]))
+    if 2 * shared[best] >= len(tokens):
+        return best
+    return min(range(len(cached)), key=lambda i: used[i])
 
 
 def _shared(a: Sequence[int], b: Sequence[int]) -> int:
