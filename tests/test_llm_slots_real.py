@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from runners.agent.prompt import SYSTEM_PROMPT as SYSTEM
 from runners.llm.local.llama_server import LoglikModel
 from runners.llm.local.serve import GEMMA_ALIAS, LocalLLMUnavailable, require_local_llm
 from runners.llm.loglik import continuation
@@ -16,7 +17,6 @@ from runners.llm.scoring import Decision, plan_prompts
 
 pytestmark = pytest.mark.llm
 
-SYSTEM = "You are an agent. Pick the option most likely to succeed now."
 OPTIONS = ("red", "blue", "green")
 
 
