@@ -61,7 +61,8 @@ def pick_slot(cached: Sequence[Sequence[int]], used: Sequence[int], tokens: Sequ
     that is at least half the prompt, else the least recently used (an empty slot first). So a prompt
     that shares only the instructions with a slot holding another job's memory takes a slot of its own
     rather than evict it (as llama.cpp's server picks a slot by prompt similarity), and slots left by a
-    finished stream are reused oldest first."""
+    finished stream are reused oldest first. It assumes instructions shorter than half a prompt, as the
+    harness's are: a prompt without memory then finds its own slot by the instructions and its header."""
     shared = [_shared(c, tokens) for c in cached]
     best = max(range(len(cached)), key=lambda i: (shared[i], used[i]))
     if 2 * shared[best] >= len(tokens):
