@@ -85,7 +85,7 @@ class LoglikModel:
     chooses, so prompts that alternate between prefixes are not read again."""
 
     def __init__(
-        self, model: Path, alias: str, n_ctx: int, n_threads: int, swa_full: bool, slots: int = 1
+        self, model: Path, alias: str, n_ctx: int, n_threads: int, swa_full: bool, *, slots: int
     ) -> None:
         if slots < 1:
             raise ValueError(f"slots: must be >= 1, got {slots}")
