@@ -362,7 +362,7 @@ def _tree_ratio(rep: dict[str, Any]) -> float | None:
 
 
 def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each figure the issue sets a target for: its value, the target, and whether it is met (None when
+    """Each figure with a target: its value, the target, and whether it is met (None when
     the figure was not measured)."""
     ops = report["memory_ops"]["methods"]
     fp = report["prompt_footprint"]["methods"]
