@@ -112,8 +112,10 @@ def test_escapes_and_foreign_tools_are_refused_and_change_nothing_outside(tmp_pa
     canary.write_text("untouched")
     before = sorted(os.listdir(tmp_path)), sorted(os.listdir(outside))
     task = task_for(env, 0, "stable")
+    evil = env.sandbox.root / "evil"
     for action, why in _attacks(outside).items():
-        (env.sandbox.root / "evil").symlink_to(outside)  # planted anew: the sweep after a call removes it
+        if not evil.is_symlink():  # planted anew whenever a sweep (after a call that ran a tool) removed it
+            evil.symlink_to(outside)
         outcome = env.execute(task, action)
         assert not outcome.success and "refused" in outcome.message and why in outcome.message, action
         assert outcome.observations[0].holds is False

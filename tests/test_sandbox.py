@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from envs.executable_drift.sandbox import (
     MAX_INVOCATION_CHARS,
+    Layout,
     Refused,
     Sandbox,
     check_invocation,
@@ -148,6 +149,36 @@ def test_restore_rewrites_only_what_differs(tmp_path):
     box.restore("d", files)
     found = {str(p.relative_to(tmp_path)): p.read_bytes() for p in (tmp_path / "d").rglob("*") if p.is_file()}
     assert found == files
+
+
+SWEPT = Layout({"build/x.tar.gz": None, "build/deep/y.txt": 1}, frozenset({"build", "build/deep"}))
+
+
+def test_a_folder_moved_out_between_sweeps_is_never_swept_and_its_replacement_is(tmp_path):
+    root = tmp_path / "box"
+    (root / "build" / "deep").mkdir(parents=True)
+    box = Sandbox(root)
+    box.sweep(SWEPT, 2**20)  # holds build/ and build/deep/ from now on
+    (root / "build").rename(tmp_path / "moved")  # out of the sandbox, its inode still held
+    (tmp_path / "moved" / "mine.txt").write_text("not the sandbox's any more")
+    (root / "build" / "deep").mkdir(parents=True)  # a new folder under the old name
+    (root / "build" / "junk.txt").write_text("swept")
+    (root / "build" / "deep" / "junk.txt").write_text("swept")
+    box.sweep(SWEPT, 2**20)
+    assert (tmp_path / "moved" / "mine.txt").read_text() == "not the sandbox's any more"
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == ["build", "build/deep"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+def test_the_folders_a_sweep_holds_are_closed_with_the_sandbox(tmp_path):
+    (tmp_path / "build" / "deep").mkdir(parents=True)
+    before = len(os.listdir("/proc/self/fd"))
+    box = Sandbox(tmp_path)
+    for _ in range(3):
+        box.sweep(SWEPT, 2**20)
+    assert len(os.listdir("/proc/self/fd")) == before + 3  # the root and the two folders, held once
+    del box
+    assert len(os.listdir("/proc/self/fd")) == before
 
 
 def _run(tool, flavour_or_version, subject, root):

@@ -23,9 +23,10 @@ without a worker round trip.)
 Before every call the job's inputs are restored and its artefact paths cleared (before the paths are
 checked, so a link planted where an input belongs is replaced rather than refused forever), so an
 outcome depends only on the job, the action and the versions, never on what earlier (possibly garbage)
-actions left. After every call the sandbox is swept: whatever is not a job's input or artefact is
-removed, and the artefacts too when they pass SANDBOX_BUDGET bytes, so the sandbox stays the size of
-the jobs' files whatever actions write.
+actions left. After every call that reached a tool the sandbox is swept: whatever is not a job's input
+or artefact is removed, and the artefacts too when they pass SANDBOX_BUDGET bytes, so the sandbox stays
+the size of the jobs' files whatever actions write. (A call refused before it reached a tool ran
+nothing but the restore, which writes only what the sweep keeps; its sweep would remove nothing.)
 
 Trials (TEPA-Full) run in a separate trial directory under the versions of the latest task, and draw
 from their own RNG, so they never touch the stream or the main sandbox:
@@ -142,6 +143,7 @@ class ExecutableDrift(EnvironmentBase):
         self._layout = Layout({}, frozenset())
         self._trial_rng = random.Random(0)
         self._now = 0
+        self._tool_calls = 0  # calls that reached a tool: only those can leave what a sweep removes
 
     # ----- the protocol
     def __len__(self) -> int:
@@ -218,10 +220,12 @@ class ExecutableDrift(EnvironmentBase):
         except Refused as exc:
             return Outcome(False, (), str(exc))
         regime = self._regime_at(t)
+        calls = self._tool_calls
         success, message = self._undisturbed(
             self.sandbox, lambda: self._attempt(self.sandbox, job, argv, regime)
         )
-        self.sandbox.sweep(self._layout, SANDBOX_BUDGET)
+        if self._tool_calls != calls:  # see _tool_calls
+            self.sandbox.sweep(self._layout, SANDBOX_BUDGET)
         reported = self._reported(success, self._noise[t] if self._noise else None)
         if reported != success:
             message = "" if reported else "the job's check did not pass"
@@ -248,10 +252,12 @@ class ExecutableDrift(EnvironmentBase):
             other = self._jobs[self._trial_rng.choice([k for k in self._jobs if k != job.key])]
         # the trial's noise draw, made before it runs, so that a rerun (`_undisturbed`) draws nothing more
         u = self._trial_rng.random() if self.outcome_noise.active else None
+        calls = self._tool_calls
         try:
             return self._undisturbed(sandbox, lambda: self._run_trial(sandbox, job, argv, kind, other, u))
         finally:
-            sandbox.sweep(self._layout, SANDBOX_BUDGET)
+            if self._tool_calls != calls:  # see _tool_calls
+                sandbox.sweep(self._layout, SANDBOX_BUDGET)
 
     def truth(self, key: Hashable) -> str | None:
         """The invocation that does job `key` under the tools' versions at the latest task (what that
@@ -329,6 +335,7 @@ class ExecutableDrift(EnvironmentBase):
         usage = program.usage_error(argv[1:], version) if program is not None else None
         if usage is not None:
             return False, usage
+        self._tool_calls += 1
         ok, message = self._worker.call(argv[0], argv[1:], version, str(sandbox.root), self.time_limit)
         if not ok:
             return False, message
