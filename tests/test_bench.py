@@ -309,6 +309,23 @@ def test_only_samples_updates_that_section_of_a_full_report_and_its_markdown(tmp
     assert "The samples section was measured again on" in md and "CPU seconds 3 against 1.5, 2 x" in md
 
 
+def test_only_reproduce_times_it_once_into_the_kept_folder_and_updates_its_target(tmp_path, monkeypatch):
+    report = json.loads((Path(__file__).parents[1] / "results" / "bench.json").read_text())
+    out = tmp_path / "bench.json"
+    out.write_text(json.dumps(report))
+    kept = []
+    timing = {**report["reproduce"], "wall_s": 149.0, "cpu_s": 290.0}
+    monkeypatch.setattr(bench, "time_reproduce", lambda keep: kept.append(keep) or timing)
+    argv = ["--only", "reproduce", "--out", str(out), "--reproduce-dir", str(tmp_path / "rep")]
+    assert bench.main(argv) == 0
+    updated = json.loads(out.read_text())
+    assert kept == [tmp_path / "rep"] and updated["reproduce"] == timing and updated["map"] == report["map"]
+    assert updated["meta"]["updated"]["reproduce"]["repeats"] == 1
+    row = next(t for t in updated["targets"] if t["figure"] == "make reproduce: wall seconds")
+    assert row["value"] == 149.0 and row["met"] is True
+    assert "The reproduce section was measured again on" in (tmp_path / "bench.md").read_text()
+
+
 def test_only_stops_on_an_out_file_that_is_not_json(tmp_path, monkeypatch):
     out = tmp_path / "bench.json"
     out.write_text("{torn")

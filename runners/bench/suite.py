@@ -102,7 +102,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one repetition: a smoke run")
     parser.add_argument(
         "--only",
-        choices=("retrieval", "samples"),
+        choices=("retrieval", "samples", "reproduce"),
         default=None,
         help="measure this benchmark alone and print its JSON; with --out naming a full bench.json, "
         "update its section (and bench.md beside it)",
@@ -139,15 +139,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def only(args: argparse.Namespace) -> int:
-    """`--only retrieval|samples`: that benchmark alone (a target, without the other sections' minutes),
-    printed as JSON. With `--out` naming a full report (a `make bench` bench.json), its section is
+    """`--only retrieval|samples|reproduce`: that benchmark alone (a target, without the other sections'
+    minutes), printed as JSON. With `--out` naming a full report (a `make bench` bench.json), its section is
     replaced, the targets recomputed, the date of the new measurement recorded in its meta, and bench.md
     beside it rewritten; any other `--out` gets the section's JSON alone."""
     quick = args.quick
     measure = {
         "retrieval": lambda: retrieval(args),
         "samples": lambda: sample_cost(args.repeats, tree_bytes, **(QUICK_SAMPLES if quick else {})),
+        "reproduce": lambda: time_reproduce(args.reproduce_dir),  # run once: it is minutes long
     }[args.only]
+    if args.only == "reproduce":
+        args.repeats = 1
     meta = _meta(args)
     section = measure()
     meta["load_average_end"] = _load()
