@@ -323,7 +323,9 @@ def test_only_reproduce_times_it_once_into_the_kept_folder_and_updates_its_targe
     assert updated["meta"]["updated"]["reproduce"]["repeats"] == 1
     row = next(t for t in updated["targets"] if t["figure"] == "make reproduce: wall seconds")
     assert row["value"] == 149.0 and row["met"] is True
-    assert "The reproduce section was measured again on" in (tmp_path / "bench.md").read_text()
+    md = (tmp_path / "bench.md").read_text()
+    assert "The reproduce section was measured again on" in md and "--reproduce-dir" not in md
+    assert f"(`python -m runners.bench --only reproduce --out {out}`, once," in md
 
 
 def test_only_stops_on_an_out_file_that_is_not_json(tmp_path, monkeypatch):

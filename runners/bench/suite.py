@@ -433,8 +433,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         + ", ".join(f"{k.replace('_', ' ')} {v:g} s" for k, v in meta["section_seconds"].items())
         + ")."
         + "".join(
-            f" The {name} section was measured again on {m['date']} (`{m['command']}`, {m['repeats']} "
-            f"repetitions, load average {m['load_average_start']} at the start and "
+            f" The {name} section was measured again on {m['date']} (`{m['command']}`, "
+            + ("once" if m["repeats"] == 1 else f"{m['repeats']} repetitions")
+            + f", load average {m['load_average_start']} at the start and "
             f"{m.get('load_average_end', 'unknown')} at the end)."
             for name, m in meta.get("updated", {}).items()
         ),
