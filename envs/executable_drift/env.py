@@ -220,12 +220,7 @@ class ExecutableDrift(EnvironmentBase):
         except Refused as exc:
             return Outcome(False, (), str(exc))
         regime = self._regime_at(t)
-        calls = self._tool_calls
-        success, message = self._undisturbed(
-            self.sandbox, lambda: self._attempt(self.sandbox, job, argv, regime)
-        )
-        if self._tool_calls != calls:  # see _tool_calls
-            self.sandbox.sweep(self._layout, SANDBOX_BUDGET)
+        success, message = self._swept(self.sandbox, lambda: self._attempt(self.sandbox, job, argv, regime))
         reported = self._reported(success, self._noise[t] if self._noise else None)
         if reported != success:
             message = "" if reported else "the job's check did not pass"
@@ -250,14 +245,9 @@ class ExecutableDrift(EnvironmentBase):
         other = None
         if kind == "contamination":
             other = self._jobs[self._trial_rng.choice([k for k in self._jobs if k != job.key])]
-        # the trial's noise draw, made before it runs, so that a rerun (`_undisturbed`) draws nothing more
+        # the trial's noise draw, made before it runs, so that a rerun (`_swept`) draws nothing more
         u = self._trial_rng.random() if self.outcome_noise.active else None
-        calls = self._tool_calls
-        try:
-            return self._undisturbed(sandbox, lambda: self._run_trial(sandbox, job, argv, kind, other, u))
-        finally:
-            if self._tool_calls != calls:  # see _tool_calls
-                sandbox.sweep(self._layout, SANDBOX_BUDGET)
+        return self._swept(sandbox, lambda: self._run_trial(sandbox, job, argv, kind, other, u))
 
     def truth(self, key: Hashable) -> str | None:
         """The invocation that does job `key` under the tools' versions at the latest task (what that
@@ -342,15 +332,20 @@ class ExecutableDrift(EnvironmentBase):
         problem = tool.verify(sandbox, job.subject, job.fixture, regime[tool.name])
         return (True, message) if problem is None else (False, problem)
 
-    def _undisturbed(self, sandbox: Sandbox, run: Callable[[], _T]) -> _T:
-        """`run()`, run again from the swept sandbox when the tool process died under it: a worker killed
-        from outside must not change an outcome (a call that kills it twice is a failure, as on any run)."""
-        died = self._worker.died_calls
-        result = run()
-        if self._worker.died_calls != died:
-            sandbox.sweep(self._layout, SANDBOX_BUDGET)
+    def _swept(self, sandbox: Sandbox, run: Callable[[], _T]) -> _T:
+        """`run()`, then `sandbox` swept when it reached a tool (see `_tool_calls`). Run again from the
+        swept sandbox when the tool process died under it: a worker killed from outside must not change an
+        outcome (a call that kills it twice is a failure, as on any run)."""
+        died, calls = self._worker.died_calls, self._tool_calls
+        try:
             result = run()
-        return result
+            if self._worker.died_calls != died:
+                sandbox.sweep(self._layout, SANDBOX_BUDGET)
+                result = run()
+            return result
+        finally:
+            if self._tool_calls != calls:
+                sandbox.sweep(self._layout, SANDBOX_BUDGET)
 
     def _stream(self, rng: random.Random) -> Iterator[Task]:
         for t in range(len(PHASES) * self.phase_length):
