@@ -8,7 +8,7 @@ RUN    := $(BIN)/python -m runners.run -m hydra/launcher=joblib
 # MemoryAgentBench data: a folder with memoryagentbench/ and mquake/ (see README); empty = download.
 export TEPA_DATA_DIR ?=
 
-.PHONY: help lint test reproduce ablation map figures calibrate bench serve-llm test-llm reproduce-llm pilot-llm
+.PHONY: help lint test test-nodata reproduce ablation map figures calibrate bench serve-llm test-llm reproduce-llm pilot-llm
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -31,6 +31,16 @@ $(ADAPTERS_STAMP): $(STAMP)
 
 test: $(STAMP) $(ADAPTERS_STAMP) ## the test suite (no real model)
 	$(BIN)/python -m pytest -m "not llm"
+
+# The tests that read the MemoryAgentBench data, run with no data folder (a fresh clone offline): each
+# test of the real data skips with its reason, the generated-data tests pass; an error fails, and so does
+# pytest's exit code 5 (nothing collected) or 4 (a file below is missing), as any non-zero code does.
+NODATA_TESTS := tests/test_memoryagentbench.py tests/test_mab_data.py tests/test_mab_download.py \
+	tests/test_mab_parse.py tests/test_mab_metric.py tests/test_mab_generated.py tests/test_truth_and_prompts.py \
+	tests/test_run_integrity.py tests/test_env_protocol.py tests/test_hostile_data.py \
+	tests/test_experiments_smoke.py tests/test_bench.py
+test-nodata: $(STAMP) $(ADAPTERS_STAMP) ## the data-touching tests with no data folder (they skip)
+	TEPA_DATA_DIR=/nonexistent-data $(BIN)/python -m pytest -q -rs -p no:cacheprovider -m "not llm" $(NODATA_TESTS)
 
 # Every paper experiment on the offline simulated backend (20 seeds in the drift settings, 10 in the others),
 # side by side (runners.launch.reproduce; MemoryAgentBench only when its data is there), then tables, figures,

@@ -3,12 +3,15 @@
 - `compose("memory=lww", ...)`: the validated RunSpec those overrides compose to (`runners.compose`).
 - `tiny_run("experiment=paper_controlled", "memory=lww", ...)`: runs that config tiny (`max_episodes`,
   one seed) through the runner into `tmp_path`, returning the results folder.
+- `generated_mab_data`: a generated MemoryAgentBench data folder (the real one's layout, invented facts); the
+  tests of the real data call `tests.helpers.shared_data.require_data()`, which skips them without it.
 - `stub_server`: a scripted loopback OpenAI-compatible endpoint; `llm_server` / `gemma_server`: real
   local models (the `llm` tests; skipped without the local-llm extra).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -17,8 +20,17 @@ import pytest
 from runners.compose import compose_spec
 from runners.config import RunSpec
 from runners.llm.local.serve import LocalLLMUnavailable, local_llm_server, require_local_llm
+from tests.helpers.mab_fixture import write_mab_data
 from tests.helpers.runner import run_overrides
+from tests.helpers.shared_data import DATA_DIR
 from tests.helpers.stub_server import StubServer
+
+# The loaders go online (the Hugging Face Hub, GitHub) when TEPA_DATA_DIR is unset or empty (as `make`
+# exports it): the tests never do. They read DATA_DIR, which is missing on a fresh clone (the loaders then
+# raise DataNotFoundError and the runner reports MemoryAgentBench as unavailable, offline). The tests of
+# the download path unset it themselves and serve the files from a loopback stub.
+if not os.environ.get("TEPA_DATA_DIR"):
+    os.environ["TEPA_DATA_DIR"] = str(DATA_DIR)
 
 TINY_EPISODES = 8  # episodes per stream in a tiny run: every environment reaches a decision by then
 
@@ -46,6 +58,13 @@ def tiny_run(tmp_path: Path) -> Callable[..., Path]:
         return results
 
     return run
+
+
+@pytest.fixture
+def generated_mab_data(tmp_path: Path) -> Path:
+    """A generated MemoryAgentBench data folder in `tmp_path` (tests/helpers/mab_fixture.py): the real
+    layout with invented facts, for the tests that must run without the real data."""
+    return write_mab_data(tmp_path / "mab-data")
 
 
 @pytest.fixture

@@ -16,16 +16,18 @@ from envs.memoryagentbench.env import MemoryAgentBench
 from envs.preference_stream import PreferenceStream
 from runners.config import Component, ConfigError
 from runners.registry import require_class
-from tests.helpers.shared_data import DATA_DIR
-
-DATA = str(DATA_DIR)
+from tests.helpers.shared_data import require_data
 
 FACTORIES = {
     "controlled_drift": lambda: ControlledDrift(phase_length=30),
     "preference_stream": lambda: PreferenceStream(stable_length=40, drift_length=60),
     "executable_drift": lambda: ExecutableDrift(phase_length=10),
-    "memoryagentbench": lambda: MemoryAgentBench(source="factconsolidation_sh_6k", data_dir=DATA),
-    "memoryagentbench_mh": lambda: MemoryAgentBench(source="factconsolidation_mh_6k", data_dir=DATA),
+    "memoryagentbench": lambda: MemoryAgentBench(
+        source="factconsolidation_sh_6k", data_dir=str(require_data())
+    ),
+    "memoryagentbench_mh": lambda: MemoryAgentBench(
+        source="factconsolidation_mh_6k", data_dir=str(require_data())
+    ),
 }
 #: The questions and facts are the benchmark's; the seed drives only the choice of trials.
 FIXED_STREAMS = {"memoryagentbench", "memoryagentbench_mh"}

@@ -12,7 +12,7 @@ from envs.memoryagentbench.data import (
     load_conflict_resolution,
     load_mquake_templates,
 )
-from tests.helpers.shared_data import DATA_DIR
+from tests.helpers.shared_data import require_data
 
 LOCAL_SOURCES = [f"factconsolidation_{h}_{n}" for h in ("sh", "mh") for n in ("6k", "32k", "262k")]
 
@@ -41,7 +41,7 @@ def offline(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("source", LOCAL_SOURCES)
 def test_every_local_source_loads_from_the_env_var(monkeypatch, source):
-    monkeypatch.setenv(DATA_DIR_ENV, str(DATA_DIR))
+    monkeypatch.setenv(DATA_DIR_ENV, str(require_data()))
     record = load_conflict_resolution(source)
     assert record.source == source
     assert record.context.startswith("Here is a list of facts:\n0. ")
@@ -51,18 +51,20 @@ def test_every_local_source_loads_from_the_env_var(monkeypatch, source):
 
 def test_explicit_data_dir_wins_and_reads_are_cached(monkeypatch, tmp_path):
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path))  # empty: would fail if consulted
-    first = load_conflict_resolution("factconsolidation_sh_6k", DATA_DIR)
-    assert load_conflict_resolution("factconsolidation_sh_6k", str(DATA_DIR)) is first
-    templates = load_mquake_templates(DATA_DIR)
+    first = load_conflict_resolution("factconsolidation_sh_6k", require_data())
+    assert load_conflict_resolution("factconsolidation_sh_6k", str(require_data())) is first
+    templates = load_mquake_templates(require_data())
     assert templates.cloze["P26"] == "[X] is married to __"
     assert templates.question["P26"] == "Who is [X] married to?"
 
 
 def test_bad_source_names_the_parameter():
     with pytest.raises(ValueError, match="source"):
-        load_conflict_resolution("factconsolidation_sh_7k", DATA_DIR)
+        load_conflict_resolution("factconsolidation_sh_7k", require_data())
     with pytest.raises(ValueError, match="source: 'factconsolidation_sh_64k' is not in"):
-        load_conflict_resolution("factconsolidation_sh_64k", DATA_DIR)  # upstream has it, the local copy not
+        load_conflict_resolution(
+            "factconsolidation_sh_64k", require_data()
+        )  # upstream has it, the local copy not
 
 
 def _assert_names_both_ways(message: str) -> None:
@@ -91,11 +93,11 @@ def test_online_templates_are_pinned_verified_and_cached(offline, monkeypatch, t
 
     def github(url, timeout):
         urls.append(url)
-        return io.BytesIO((DATA_DIR / "mquake" / url.rsplit("/", 1)[1]).read_bytes())
+        return io.BytesIO((require_data() / "mquake" / url.rsplit("/", 1)[1]).read_bytes())
 
     monkeypatch.setattr(mab_data.urllib.request, "urlopen", github)
     templates = load_mquake_templates()
-    assert templates == load_mquake_templates(DATA_DIR)
+    assert templates == load_mquake_templates(require_data())
     assert len(urls) == 2 and all(mab_data.MQUAKE_COMMIT in u and "princeton-nlp/MQuAKE" in u for u in urls)
 
     # A new process reads the verified copies from the user cache, without the network.

@@ -18,7 +18,7 @@ import pytest
 from envs.memoryagentbench import data as mab_data
 from envs.memoryagentbench import download as mab_download
 from envs.memoryagentbench.data import DATA_DIR_ENV, DataNotFoundError, load_conflict_resolution
-from tests.helpers.shared_data import DATA_DIR
+from tests.helpers.shared_data import require_data
 
 ROOT = Path(__file__).resolve().parents[1]
 RESOLVE = f"/datasets/{mab_download.HF_DATASET}/resolve"
@@ -50,7 +50,7 @@ class Hub(http.server.BaseHTTPRequestHandler):
 def hub(monkeypatch, tmp_path):
     """A Hub on 127.0.0.1 serving the split (at every revision), no local data, an empty user cache with
     the MQuAKE templates already verified in it (they come from GitHub, not from the Hub)."""
-    rows = json.loads((DATA_DIR / mab_data.CONFLICT_FILE).read_text(encoding="utf-8"))
+    rows = json.loads((require_data() / mab_data.CONFLICT_FILE).read_text(encoding="utf-8"))
     sink = pa.BufferOutputStream()
     pq.write_table(pa.Table.from_pylist(rows), sink)
     parquet = sink.getvalue().to_pybytes()
@@ -62,7 +62,7 @@ def hub(monkeypatch, tmp_path):
     templates = cache / "tepa-harness" / "mquake" / mab_data.MQUAKE_COMMIT
     templates.mkdir(parents=True)
     for name in mab_data.TEMPLATE_SHA256:
-        shutil.copy(DATA_DIR / "mquake" / name, templates / name)
+        shutil.copy(require_data() / "mquake" / name, templates / name)
     monkeypatch.delenv(DATA_DIR_ENV, raising=False)
     monkeypatch.delenv(mab_download.REVISION_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
@@ -78,7 +78,7 @@ def hub(monkeypatch, tmp_path):
 
 def test_the_split_downloads_from_the_endpoint_once_and_is_read_from_the_cache(hub):
     record = load_conflict_resolution("factconsolidation_mh_32k")
-    assert record == load_conflict_resolution("factconsolidation_mh_32k", DATA_DIR)
+    assert record == load_conflict_resolution("factconsolidation_mh_32k", require_data())
     assert Hub.requests == [
         f"{RESOLVE}/main/{mab_download.SPLIT_FILE}",
         f"/storage/main/{mab_download.SPLIT_FILE}",
@@ -86,7 +86,7 @@ def test_the_split_downloads_from_the_endpoint_once_and_is_read_from_the_cache(h
     hub.shutdown()  # a new process reads the cached copy without the network
     mab_data._download_rows.cache_clear()
     assert load_conflict_resolution("factconsolidation_sh_6k") == load_conflict_resolution(
-        "factconsolidation_sh_6k", DATA_DIR
+        "factconsolidation_sh_6k", require_data()
     )
     assert len(Hub.requests) == 2
 

@@ -19,7 +19,7 @@ from envs.memoryagentbench.parse import (
     parse_source,
     parser_for,
 )
-from tests.helpers.shared_data import DATA_DIR
+from tests.helpers.shared_data import require_data
 
 SIZES = ("6k", "32k", "262k")
 # A perfect last-write-wins reader (SOURCES.md): a few conflicted questions have the older value as gold.
@@ -28,7 +28,7 @@ LWW_SCORE = {"6k": 1.00, "32k": 0.98, "262k": 0.97}
 
 @pytest.fixture(scope="module")
 def templates() -> MQuAKETemplates:
-    return load_mquake_templates(DATA_DIR)
+    return load_mquake_templates(require_data())
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def parsed(templates):
     out = {}
     for hops in ("sh", "mh"):
         for size in SIZES:
-            record = load_conflict_resolution(f"factconsolidation_{hops}_{size}", DATA_DIR)
+            record = load_conflict_resolution(f"factconsolidation_{hops}_{size}", require_data())
             start = time.perf_counter()
             out[(hops, size)] = (parse_source(record, templates), time.perf_counter() - start)
     return out

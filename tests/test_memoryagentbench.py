@@ -9,12 +9,12 @@ import pytest
 from envs.base import Environment
 from envs.memoryagentbench.data import CONFLICT_FILE
 from envs.memoryagentbench.env import QUERY_TEMPLATE, MemoryAgentBench, approx_tokens
-from tests.helpers.shared_data import DATA_DIR
+from tests.helpers.shared_data import require_data
 
 
 @pytest.fixture(scope="module")
 def sh6k() -> MemoryAgentBench:
-    return MemoryAgentBench("factconsolidation_sh_6k", data_dir=DATA_DIR)
+    return MemoryAgentBench("factconsolidation_sh_6k", data_dir=require_data())
 
 
 def _split(tasks):
@@ -50,13 +50,13 @@ def test_ingest_chunks_carry_every_fact_once_in_serial_order(sh6k):
 
 
 def test_chunk_size_is_configurable_and_checked():
-    small = MemoryAgentBench("factconsolidation_sh_6k", data_dir=DATA_DIR, chunk_size=64)
-    big = MemoryAgentBench("factconsolidation_sh_6k", data_dir=DATA_DIR, chunk_size=100_000)
+    small = MemoryAgentBench("factconsolidation_sh_6k", data_dir=require_data(), chunk_size=64)
+    big = MemoryAgentBench("factconsolidation_sh_6k", data_dir=require_data(), chunk_size=100_000)
     n_ingest = [sum(t.phase == "ingest" for t in env.tasks()) for env in (small, big)]
     assert n_ingest[0] > 50 and n_ingest[1] == 1
     for bad in (0, -1, 1.5, True, "512"):
         with pytest.raises(ValueError, match="chunk_size"):
-            MemoryAgentBench("factconsolidation_sh_6k", data_dir=DATA_DIR, chunk_size=bad)
+            MemoryAgentBench("factconsolidation_sh_6k", data_dir=require_data(), chunk_size=bad)
 
 
 def test_then_the_hundred_questions(sh6k):
@@ -108,7 +108,7 @@ def test_a_last_write_wins_agent_scores_one_on_sh_6k(sh6k):
 
 
 def test_multi_hop_questions_have_no_key_but_a_chain():
-    env = MemoryAgentBench("factconsolidation_mh_6k", data_dir=DATA_DIR)
+    env = MemoryAgentBench("factconsolidation_mh_6k", data_dir=require_data())
     _, questions = _split(list(env.tasks()))
     assert all(q.key is None for q in questions)
     chains = [q.multi_hop for q in questions if q.multi_hop is not None]
@@ -130,7 +130,9 @@ def _conflicted_key(env):
 
 
 def test_support_trial_passes_only_for_the_newest_fact_shown():
-    env = MemoryAgentBench("factconsolidation_sh_6k", data_dir=DATA_DIR, chunk_size=1)  # a fact per chunk
+    env = MemoryAgentBench(
+        "factconsolidation_sh_6k", data_dir=require_data(), chunk_size=1
+    )  # a fact per chunk
     key, old, new = _conflicted_key(env)
     env.reset(0)
     p_old, p_new = SimpleNamespace(key=key, value=old), SimpleNamespace(key=key, value=new)
@@ -148,7 +150,7 @@ def test_support_trial_passes_only_for_the_newest_fact_shown():
 
 
 def test_counterfactual_and_contamination_trials():
-    env = MemoryAgentBench("factconsolidation_sh_6k", data_dir=DATA_DIR)
+    env = MemoryAgentBench("factconsolidation_sh_6k", data_dir=require_data())
     list(env.tasks())  # everything shown
     tasks = [obs for t in env.tasks() if t.phase == "ingest" for obs in t.observe]
     # A value shared by every other key of its relation cannot pass a counterfactual trial.
@@ -168,7 +170,7 @@ def test_counterfactual_and_contamination_trials():
 
 
 def test_counterfactual_trial_never_draws_the_precedents_own_key():
-    env = MemoryAgentBench("factconsolidation_sh_6k", data_dir=DATA_DIR, chunk_size=1)
+    env = MemoryAgentBench("factconsolidation_sh_6k", data_dir=require_data(), chunk_size=1)
     next(iter(env.tasks()))  # only fact 0 shown: the only P19 key is the precedent's own
     own = SimpleNamespace(key=("Thomas Kyd", "P19"), value="London")
     assert env.trial(own, "support")
@@ -176,7 +178,7 @@ def test_counterfactual_trial_never_draws_the_precedents_own_key():
 
 
 def test_trials_are_reproducible_per_seed():
-    env = MemoryAgentBench("factconsolidation_sh_6k", data_dir=DATA_DIR)
+    env = MemoryAgentBench("factconsolidation_sh_6k", data_dir=require_data())
     p = SimpleNamespace(key=("nobody", "P641"), value="association football")
 
     def draws(seed):
@@ -189,14 +191,14 @@ def test_trials_are_reproducible_per_seed():
 
 
 def test_unparsed_facts_are_ingested_as_text(tmp_path):
-    rows = json.loads((DATA_DIR / CONFLICT_FILE).read_text(encoding="utf-8"))
+    rows = json.loads((require_data() / CONFLICT_FILE).read_text(encoding="utf-8"))
     row = next(r for r in rows if r["metadata"]["source"] == "factconsolidation_sh_6k")
     row["context"] = row["context"].replace(
         "\n3. Hines Ward plays the position of wide receiver.\n", "\n3. ???\n"
     )
     (tmp_path / CONFLICT_FILE).parent.mkdir()
     (tmp_path / CONFLICT_FILE).write_text(json.dumps([row]), encoding="utf-8")
-    shutil.copytree(DATA_DIR / "mquake", tmp_path / "mquake")
+    shutil.copytree(require_data() / "mquake", tmp_path / "mquake")
     env = MemoryAgentBench("factconsolidation_sh_6k", data_dir=tmp_path)
     observations = [obs for task in env.tasks() for obs in task.observe]
     assert len(observations) == 455

@@ -25,7 +25,7 @@ from runners.bench import suite as bench
 from runners.run import PROJECT_ROOT, RunSummary
 from runners.store.runlog import StreamLog
 from tests.helpers.runner import run_overrides
-from tests.helpers.shared_data import DATA_DIR
+from tests.helpers.shared_data import require_data
 
 TINY = "env.phase_length=5"  # controlled drift: 4 phases x 5 = 20 episodes per stream
 ENV = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
@@ -170,8 +170,8 @@ def test_the_analysis_reports_wrong_types_and_nulls_by_path_and_column(tmp_path,
 
 def test_changed_data_is_a_new_run_and_restored_data_is_never_the_changed_runs_result(tmp_path):
     data, results = tmp_path / "data", tmp_path / "r"
-    shutil.copytree(DATA_DIR / "memoryagentbench", data / "memoryagentbench")
-    shutil.copytree(DATA_DIR / "mquake", data / "mquake")
+    shutil.copytree(require_data() / "memoryagentbench", data / "memoryagentbench")
+    shutil.copytree(require_data() / "mquake", data / "mquake")
     args = ("env=memoryagentbench", f"env.data_dir={data}", "memory=lww")
     assert cli(results, *args).returncode == 0
     [meta] = complete_metas(results)
@@ -206,10 +206,10 @@ def test_changed_data_is_a_new_run_and_restored_data_is_never_the_changed_runs_r
 )
 def test_a_bad_template_file_stops_the_run_with_one_line_naming_it(tmp_path, content, problem):
     data = tmp_path / "data"
-    shutil.copytree(DATA_DIR / "mquake", data / "mquake")
+    shutil.copytree(require_data() / "mquake", data / "mquake")
     (data / "memoryagentbench").mkdir()
     (data / "memoryagentbench" / "Conflict_Resolution.json").symlink_to(
-        DATA_DIR / "memoryagentbench" / "Conflict_Resolution.json"
+        require_data() / "memoryagentbench" / "Conflict_Resolution.json"
     )
     (data / "mquake" / "cloze_templates.json").write_bytes(content)
     proc = cli(tmp_path / "r", "env=memoryagentbench", f"env.data_dir={data}", "memory=lww")
@@ -221,8 +221,8 @@ def test_a_bad_template_file_stops_the_run_with_one_line_naming_it(tmp_path, con
 
 def test_a_bad_row_is_named_by_file_and_row(tmp_path):
     data = tmp_path / "data"
-    shutil.copytree(DATA_DIR / "mquake", data / "mquake")
-    rows = json.loads((DATA_DIR / "memoryagentbench" / "Conflict_Resolution.json").read_text())
+    shutil.copytree(require_data() / "mquake", data / "mquake")
+    rows = json.loads((require_data() / "memoryagentbench" / "Conflict_Resolution.json").read_text())
     rows[1]["answers"] = rows[1]["answers"][:-1]
     (data / "memoryagentbench").mkdir()
     (data / "memoryagentbench" / "Conflict_Resolution.json").write_text(json.dumps(rows))
