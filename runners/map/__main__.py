@@ -11,25 +11,30 @@ hydra.launcher.partition=...`; default: joblib). The map's description for the a
 `<results_dir>/map.json`, with the chosen points once stage 1 is done. OVERRIDES as for
 `runners.map.load_map` (e.g. `env.noise=0,0.2 max_episodes=100`); `hydra...` overrides go to the
 launcher only.
+
+SIGTERM is passed on to the running stage's multirun, which stops its workers resumably; SIGINT (Ctrl-C
+reaches the multirun too) is passed on only if the multirun still runs 5 s later. The driver exits (128 +
+the signal's number) once the multirun has, and starts no further stage: rerun the same command to
+resume (`runners.launch.jobs.Relay`).
 """
 
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from analysis.map.runs import choose, summarise
 from runners.config import ConfigError
+from runners.launch import jobs
 from runners.map import MapSpec, evaluation_jobs, load_map, tuning_jobs, write_jobs, write_spec
 
 STAGES = ("tune", "evaluate")
 
 
-def launch(spec: MapSpec, names: Sequence[str], root: Path) -> int:
-    """One multirun of the runner over the jobs written under `root`; its exit code."""
+def launch(spec: MapSpec, names: Sequence[str], root: Path, relay: jobs.Relay) -> int:
+    """One multirun of the runner over the jobs written under `root`, run by `relay`; its exit code."""
     if not names:
         return 0
     forward = spec.forward
@@ -46,7 +51,8 @@ def launch(spec: MapSpec, names: Sequence[str], root: Path) -> int:
         *launcher,
         *forward,
     ]
-    return subprocess.run(command, check=False).returncode
+    code = relay.run(command)
+    return 128 - code if code < 0 else code  # ended by a signal: the shell's 128 + its number
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -56,6 +62,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides (see the module docstring)")
     args = parser.parse_args(argv)
     try:
+        with jobs.Relay() as relay:
+            return _run(args, relay)
+    except jobs.Stopped as stop:
+        print(f"map: {jobs.stopped_line(stop.signum)}", file=sys.stderr, flush=True)
+        return 128 + stop.signum
+
+
+def _run(args: argparse.Namespace, relay: jobs.Relay) -> int:
+    try:
         spec = load_map(args.map, args.overrides)
     except ConfigError as exc:
         print(f"map: {exc}", file=sys.stderr)
@@ -64,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_spec(spec, out / "map.json")
     if args.stage in ("all", "tune"):
         root = out / "jobs" / "tune"
-        code = launch(spec, write_jobs(tuning_jobs(spec), root), root)
+        code = launch(spec, write_jobs(tuning_jobs(spec), root), root, relay)
         if code:
             return code
     if args.stage == "tune":
@@ -76,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     write_spec(spec, out / "map.json", chosen)
     root = out / "jobs" / "evaluate"
-    return launch(spec, write_jobs(evaluation_jobs(spec, chosen), root), root)
+    return launch(spec, write_jobs(evaluation_jobs(spec, chosen), root), root, relay)
 
 
 if __name__ == "__main__":

