@@ -128,8 +128,12 @@ def collect(submitted: list[tuple[Job, Future]]) -> list[Drawing | None]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
-    with drawing_process() as drawing:
-        return report(args, drawing)
+    try:
+        with drawing_process() as drawing:
+            return report(args, drawing)
+    except KeyboardInterrupt:
+        print("analysis: interrupted (Ctrl-C); the outputs written so far are whole files", file=sys.stderr)
+        return 130
 
 
 def report(args: argparse.Namespace, drawing: Executor) -> int:
@@ -152,6 +156,13 @@ def report(args: argparse.Namespace, drawing: Executor) -> int:
     except ValueError as error:
         log.error("analysis: %s", error)
         return 2
+    if kept.dropped:
+        log.warning(
+            "analysis: --replace drops the results in %s of %s (no runs of them under %s)",
+            args.out,
+            ", ".join(kept.dropped),
+            args.runs,
+        )
     if kept.experiments:
         log.warning(
             "analysis: kept the results in %s of %s (no runs of them under %s; --replace drops them)",

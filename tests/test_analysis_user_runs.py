@@ -250,10 +250,6 @@ def test_the_default_out_is_not_the_committed_results():
     ("content", "problem"),
     [
         ("{not json", "unreadable (JSONDecodeError)"),
-        (
-            '{"version": 1, "experiments": {"paper_controlled": {"runs": []}}}',
-            "the entry of paper_controlled is malformed",
-        ),
         ('{"version": 0, "experiments": {}}', "not a manifest of this analysis (version 1)"),
     ],
 )

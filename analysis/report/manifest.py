@@ -15,7 +15,9 @@ analysis did not list in a manifest (a folder written before manifests existed) 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,7 +28,9 @@ from analysis.data.logformat import read_file
 from analysis.metrics import Analysis
 from analysis.report.figures import FigureFile
 from analysis.report.tables import Table
+from runners.store.runlog import atomic_write_bytes
 
+log = logging.getLogger("analysis")
 MANIFEST = "manifest.json"
 VERSION = 1
 #: The Analysis frames the tables are built from, stored per experiment (they all have `experiment`).
@@ -41,10 +45,17 @@ class Kept:
     experiments: dict[str, dict]
     removable_tables: frozenset[str] | None
     removable_figures: frozenset[str] | None
+    #: The experiments whose results `--replace` drops (the manifest's, absent from the runs).
+    dropped: tuple[str, ...] = ()
 
 
 def read_manifest(out: Path) -> dict | None:
-    """The folder's manifest; None when it has none. A ValueError names a manifest it cannot read."""
+    """The folder's manifest; None when it has none. A ValueError names a manifest it cannot read.
+
+    Each entry carries `sha256`, the digest of its canonical JSON (`digest`): an entry whose digest does
+    not match (a hand-edited number) or that is malformed is left out with one warning naming its
+    experiment, which is then not kept. An entry without a digest (a manifest written before digests)
+    is accepted with a warning and gets one when the manifest is next written."""
     path = out / MANIFEST
     try:
         manifest = json.loads(read_file(path))
@@ -60,17 +71,73 @@ def read_manifest(out: Path) -> dict | None:
     experiments = manifest.get("experiments")
     if not isinstance(experiments, dict):
         raise ValueError(f"{path}: records no experiments; --replace rewrites it")
+    valid, undigested = {}, []
     for name, entry in experiments.items():
-        if not _well_formed(entry):
-            raise ValueError(f"{path}: the entry of {name} is malformed; --replace rewrites it")
-    return manifest
+        problem = _entry_problem(entry)
+        if problem:
+            log.warning("analysis: %s: the entry of %s %s; its results are not kept", path, name, problem)
+            continue
+        if "sha256" not in entry:
+            undigested.append(str(name))
+        valid[name] = {k: v for k, v in entry.items() if k != "sha256"}
+    if undigested:
+        log.warning(
+            "analysis: %s: no digest for %s (written before digests); accepted unverified, the next "
+            "analysis into this folder adds them",
+            path,
+            ", ".join(undigested),
+        )
+    return manifest | {"experiments": valid}
+
+
+def digest(entry: dict) -> str:
+    """The sha256 of an entry's canonical JSON (sorted keys, no spaces; its own `sha256` left out)."""
+    body = {k: v for k, v in entry.items() if k != "sha256"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def _entry_problem(entry: object) -> str | None:
+    """Why a manifest entry cannot be used (malformed, or its digest does not match), or None."""
+    if not _well_formed(entry):
+        return "is malformed"
+    stored = entry.get("sha256")
+    if stored is not None and stored != digest(entry):
+        return "does not match its digest (edited by hand?)"
+    return None
+
+
+_SCALARS = (str, int, float, bool, type(None))
 
 
 def _is_frame(stored: object) -> bool:
+    """A stored frame: columns (text) and rows, each a list of one plain value per column."""
+    if not (isinstance(stored, dict) and isinstance(stored.get("columns"), list)):
+        return False
+    columns, rows = stored["columns"], stored.get("rows")
     return (
-        isinstance(stored, dict)
-        and isinstance(stored.get("columns"), list)
-        and isinstance(stored.get("rows"), list)
+        all(isinstance(c, str) for c in columns)
+        and isinstance(rows, list)
+        and all(_is_row(row, len(columns)) for row in rows)
+    )
+
+
+def _is_row(row: object, width: int) -> bool:
+    return isinstance(row, list) and len(row) == width and all(isinstance(v, _SCALARS) for v in row)
+
+
+def _is_table(table: object) -> bool:
+    """A stored table: every field of `Table`, its text columns and rows of one cell per column."""
+    if not (isinstance(table, dict) and set(table) == set(TABLE_FIELDS)):
+        return False
+    columns, rows = table["columns"], table["rows"]
+    texts = {"name": str, "title": str, "note": str, "experiment": str, "labels": int, "sources": list}
+    return (
+        all(isinstance(table[k], kind) for k, kind in texts.items())
+        and isinstance(columns, list)
+        and all(isinstance(c, str) for c in columns)
+        and isinstance(rows, list)
+        and all(_is_row(r, len(columns)) and all(isinstance(v, str) for v in r) for r in rows)
     )
 
 
@@ -84,22 +151,26 @@ def _well_formed(entry: object) -> bool:
         return False
     frames = [entry["frames"].get(name) for name in FRAMES]
     frames += [t.get("data") if isinstance(t, dict) else None for t in entry["extra_tables"]]
-    tables = all(isinstance(t, dict) and set(t) == set(TABLE_FIELDS) for t in entry["extra_tables"])
-    figures = all(isinstance(f, dict) and isinstance(f.get("name"), str) for f in entry["figures"])
+    tables = all(_is_table(t) for t in entry["extra_tables"])
+    figures = all(
+        isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("title"), str)
+        for f in entry["figures"]
+    )
     shaped = all(_is_frame(f) for f in frames)
-    return tables and figures and shaped
+    phases = all(isinstance(order, list) for order in entry["phases"].values())
+    return tables and figures and shaped and phases and all(isinstance(r, str) for r in entry["runs"])
 
 
 def keep(out: Path, runs: pd.DataFrame, options: dict, *, replace: bool) -> Kept:
     """What of `out` stays, given the `runs` (RunLogs.runs) and options of this analysis: a ValueError
     (one line naming `--replace`) when the analysis would replace results of runs it does not have."""
+    present = {str(e): set(group["run"]) for e, group in runs.groupby("experiment")}
     if replace:
-        return Kept({}, None, None)
+        return _replacing(out, present)
     manifest = read_manifest(out)
     if manifest is None:
         return Kept({}, frozenset(), frozenset())
     entries = manifest["experiments"]
-    present = {str(e): set(group["run"]) for e, group in runs.groupby("experiment")}
     for experiment in sorted(set(entries) & set(present)):
         lacking = sorted(set(entries[experiment].get("runs", [])) - present[experiment])
         if lacking:
@@ -118,6 +189,26 @@ def keep(out: Path, runs: pd.DataFrame, options: dict, *, replace: bool) -> Kept
         f["name"] for e in kept.values() for f in e.get("figures", [])
     }
     return Kept(kept, frozenset(manifest.get("tables", [])), frozenset(figures))
+
+
+def _replacing(out: Path, present: dict[str, set]) -> Kept:
+    """`--replace`: nothing kept; only the files a manifest lists may be removed (a user's own files in
+    tables/ or figures/ stay), and the experiments of the manifest absent from the runs are dropped."""
+    try:
+        manifest = read_manifest(out)
+    except ValueError as error:
+        log.warning("analysis: %s; --replace removes no file of it", error)
+        manifest = None
+    if manifest is None:
+        return Kept({}, frozenset(), frozenset())
+    raw = json.loads(read_file(out / MANIFEST))  # every experiment, the unusable entries' too
+    listed = [e for e in raw.get("experiments", {}) if e not in present]
+    return Kept(
+        {},
+        frozenset(n for n in manifest.get("tables", []) if isinstance(n, str)),
+        frozenset(n for n in manifest.get("figures", []) if isinstance(n, str)),
+        tuple(sorted(str(e) for e in listed)),
+    )
 
 
 def _options(options: object) -> str:
@@ -181,7 +272,7 @@ def write_manifest(
 ) -> Path:
     """Write `out`/manifest.json: an entry per experiment of `runs` (see the module docstring), the kept
     experiments' entries as they were, and the names of every table and figure written."""
-    entries = dict(kept.experiments)
+    entries = {e: dict(entry) for e, entry in kept.experiments.items()}
     for experiment, group in runs.groupby("experiment"):
         experiment = str(experiment)
         entries[experiment] = {
@@ -196,6 +287,7 @@ def write_manifest(
                 {"name": f.path.name, "title": f.title} for f in figures if f.experiment == experiment
             ],
         }
+    entries = {e: entry | {"sha256": digest(entry)} for e, entry in entries.items()}
     manifest = {
         "version": VERSION,
         "options": options,
@@ -204,7 +296,7 @@ def write_manifest(
         "experiments": dict(sorted(entries.items())),
     }
     path = out / MANIFEST
-    path.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    atomic_write_bytes(path, (json.dumps(manifest, indent=1) + "\n").encode())
     return path
 
 

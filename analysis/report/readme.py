@@ -12,6 +12,7 @@ from analysis.metrics import experiment_title, method_label, sorted_experiments,
 from analysis.report.deployed import deployed_section
 from analysis.report.figures import FigureFile
 from analysis.report.tables import SCORECARD, Table, markdown_table, plain
+from runners.store.runlog import atomic_write_bytes
 
 SIMULATED_BACKEND_NOTE = (
     "**About the backend.** The default LLM backend, `SimulatedBackend` (`llm=simulated`), is a "
@@ -148,5 +149,5 @@ def write_report(
     root = Path(root)
     path = root / "README.md"
     text = render_report(tables, figures, runs, root, backend_note=backend_note, sections=sections)
-    path.write_text(text, encoding="utf-8")
+    atomic_write_bytes(path, text.encode())
     return path

@@ -29,6 +29,7 @@ from analysis.metrics import (
 )
 from analysis.reference import paper, scorecard
 from analysis.stats import EXACT_MAX_PAIRS, MIN_BOOTSTRAP_SEEDS, MIN_SIGN_FLIP_SEEDS, N_RESAMPLES
+from runners.store.runlog import atomic_write_bytes
 
 SUFFIXES = (".md", ".csv", ".tex")
 SCORECARD = "scorecard"
@@ -135,11 +136,11 @@ def publish_table(frame: pd.DataFrame, text: str, out: Path, name: str) -> None:
     """Write a diagnostic table as `out/tables/<name>.csv` and `.md` (`text`), and append `text` to
     `out/README.md` when there is one (a model's generated report gains the section)."""
     (out / "tables").mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out / "tables" / f"{name}.csv", index=False)
-    (out / "tables" / f"{name}.md").write_text(text, encoding="utf-8")
+    atomic_write_bytes(out / "tables" / f"{name}.csv", frame.to_csv(index=False).encode(), durable=False)
+    atomic_write_bytes(out / "tables" / f"{name}.md", text.encode(), durable=False)
     readme = out / "README.md"
     if readme.is_file():
-        readme.write_text(readme.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + text, encoding="utf-8")
+        atomic_write_bytes(readme, (readme.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + text).encode())
 
 
 _LATEX_ESCAPES = {
@@ -194,9 +195,9 @@ def write_tables(
     written = []
     for table in tables:
         base = directory / table.name
-        base.with_suffix(".md").write_text(to_markdown(table), encoding="utf-8")
-        base.with_suffix(".tex").write_text(to_latex(table), encoding="utf-8")
-        table.data.to_csv(base.with_suffix(".csv"), index=False, float_format="%.6g", lineterminator="\n")
+        csv = table.data.to_csv(index=False, float_format="%.6g", lineterminator="\n")
+        for suffix, text in ((".md", to_markdown(table)), (".tex", to_latex(table)), (".csv", csv)):
+            atomic_write_bytes(base.with_suffix(suffix), text.encode(), durable=False)
         written += [base.with_suffix(s) for s in SUFFIXES]
     for stale in sorted(p for p in directory.iterdir() if p.suffix in SUFFIXES and p not in written):
         if removable is None or stale.stem in removable:

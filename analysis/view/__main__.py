@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import stat
 import sys
-import tempfile
 from pathlib import Path
 
 from analysis.data.validate import unwritable
 from analysis.view.page import render
+from runners.store.runlog import atomic_write_bytes
 
 #: The default size limit of the page: one paper experiment (200 streams of 1600 episodes) fits in it.
 DEFAULT_MAX_MB = 20.0
@@ -29,19 +30,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def refuse_special(path: Path, option: str) -> None:
+    """A ValueError when `path` exists and is not a regular file (a folder, a device, a FIFO): a
+    named output replaces only a file."""
+    try:
+        mode = path.stat().st_mode  # a link to a file is fine: the link is replaced, not its target
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ValueError(f"{option} {path}: cannot be examined ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file (a device, a FIFO, a socket)"
+        raise ValueError(f"{option} {path}: exists and is {kind}; name a file (it is replaced) or a new path")
+
+
 def write(root: Path, out: Path, max_mb: float) -> str:
     """Write the page of the streams under `root` to `out` (atomically); returns a one-line summary."""
     if not (math.isfinite(max_mb) and max_mb > 0):
         raise ValueError(f"--max-mb {max_mb}: must be a finite number > 0")
+    refuse_special(out, "--out")
     problem = unwritable(out.parent)
     if problem:
         raise ValueError(f"--out {out}: {out.parent} is {problem}")
     page, shown, skipped = render(root, f"Runs under {root}", int(max_mb * 1e6))
     html = page.encode("ascii")
-    with tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".{out.name}.", delete=False) as tmp:
-        tmp.write(html)
-    os.chmod(tmp.name, 0o644)  # a page to open and share, not a private file
-    os.replace(tmp.name, out)
+    refuse_special(out, "--out")  # again: it may have appeared while the page was rendered
+    try:
+        atomic_write_bytes(out, html)
+        os.chmod(out, 0o644)  # a page to open and share, not a private file
+    except OSError as exc:
+        raise ValueError(f"--out {out}: cannot write ({exc.strerror or exc})") from None
     return f"wrote {out}: {shown} stream(s), {skipped} not shown, {len(html) / 1e6:.2f} MB"
 
 
