@@ -43,6 +43,7 @@ from runners.agent.loop import ReplayMismatch, replay_problem, run_stream
 from runners.compose import CONF_DIR, PROJECT_ROOT
 from runners.config import ConfigError, RunSpec, validate
 from runners.launch import jobs, slots
+from runners.launch.progress import job_label
 from runners.llm.backend import BackendExhausted, total_stats
 from runners.preflight import check_command_line
 from runners.store.identity import Variant, stream_identity, variant_of
@@ -176,7 +177,7 @@ async def run_spec(spec: RunSpec, variant: Variant | None = None) -> RunSummary:
         spec.retrieval.ranker()  # the embedding model or endpoint, checked before any episode
         backend = spec.llm.build()
         enabled = spec.progress if spec.progress is not None else sys.stderr.isatty()
-        desc = f"{spec.name} {spec.env.label} {spec.memory.label}"
+        desc = job_label(spec.name, f"{spec.name} {spec.env.label} {spec.memory.label}")  # swept values
         total = _total([env for env, _ in parts.values()], spec.max_episodes)
         with tqdm(total=total, desc=desc, unit="ep", disable=not enabled, dynamic_ncols=True) as bar:
             gate = asyncio.Semaphore(spec.streams_at_once or len(spec.seeds))

@@ -9,7 +9,10 @@ fill it. Their jobs share CPU slots, one per core, each job on its slot's core (
 longest experiment's jobs go first, the others fill the gaps. MemoryAgentBench runs only when its data
 is there (`python -m envs.memoryagentbench.data` says why not).
 
-Each experiment's output is printed when it ends, with its wall time. The exit status is 0 when every
+Each experiment's output is printed when it ends, with its wall time; meanwhile a progress line on stderr
+gives the streams done / total of each, the episodes per second and the time left (`runners.launch.
+progress`: redrawn on a terminal, one plain line every few seconds in a log), and the run ends with a
+summary: wall time, streams done per experiment, the file to open. The exit status is 0 when every
 experiment that ran succeeded, else the first failure's. SIGINT (Ctrl-C reaches every experiment) and
 SIGTERM (passed on to them) stop them resumably, as they stop a single run.
 """
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from runners.launch import slots as job_slots
+from runners.launch.progress import Progress
 
 #: The experiments, longest first (all start at once; the order only decides whose output comes first).
 EXPERIMENTS = ("paper_executable", "paper_memoryagentbench", "paper_controlled", "paper_preference")
@@ -63,9 +67,11 @@ def run_side_by_side(
     echo: bool = True,
     cwd: str | os.PathLike[str] | None = None,
     slots: int | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Run the steps whose guard passes at the same time (in `cwd`) and wait for all of them; their
-    jobs share `slots` CPU slots (None: one per core; 0: no limit), earlier steps' jobs first.
+    jobs share `slots` CPU slots (None: one per core; 0: no limit), earlier steps' jobs first;
+    `progress` (None: none) shows how far they are.
 
     Returns `steps_s` (each step's own wall seconds, from the start of all), `skipped_steps` (guard
     failed), `wall_s` (until the last ended) and, when one failed, `failed` ("name: exit N: last
@@ -74,11 +80,15 @@ def run_side_by_side(
         shared = dict(os.environ)
         if slots != 0:
             shared[job_slots.SLOTS_ENV] = str(job_slots.create(folder, slots))
-        return _run(todo, echo, cwd, shared)
+        return _run(todo, echo, cwd, shared, progress)
 
 
 def _run(
-    todo: Sequence[Step], echo: bool, cwd: str | os.PathLike[str] | None, environ: dict[str, str]
+    todo: Sequence[Step],
+    echo: bool,
+    cwd: str | os.PathLike[str] | None,
+    environ: dict[str, str],
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     skipped: list[str] = []
     start = time.perf_counter()
@@ -88,6 +98,8 @@ def _run(
             check = subprocess.run(step.guard, cwd=cwd, capture_output=True, text=True)
             if check.returncode:
                 skipped.append(step.name)
+                if progress is not None:
+                    progress.skip(step.name)
                 if echo:
                     print(f"skipping {step.name}: {(check.stderr or check.stdout).strip()}", flush=True)
                 continue
@@ -102,6 +114,8 @@ def _run(
             ),
             log,
         )
+        if progress is not None:
+            progress.add(step.name, step.command, log)
     times: dict[str, float] = {}
     failed: list[str] = []
     previous = signal.signal(signal.SIGTERM, lambda *_: _pass_on(running, signal.SIGTERM))
@@ -115,14 +129,20 @@ def _run(
             if interrupted is not None and time.perf_counter() - interrupted > PASS_ON_S:
                 _pass_on(running, signal.SIGINT)  # the signal was this process's alone
                 interrupted = math.inf
+            if progress is not None:
+                progress.tick()
             for name, (proc, log) in running.items():
                 if name in times or proc.poll() is None:
                     continue
                 times[name] = round(time.perf_counter() - start, 1)
+                if progress is not None:
+                    progress.ended(name, proc.returncode == 0)
                 log.seek(0)
                 output = log.read().decode(errors="replace")
                 log.close()
                 if echo:
+                    if progress is not None:
+                        progress.clear()
                     print(
                         f"--- {name}: exit {proc.returncode} after {times[name]:g} s\n{output}",
                         end="",
@@ -132,6 +152,8 @@ def _run(
                     tail = " / ".join(output.strip().splitlines()[-3:])
                     failed.append(f"{name}: exit {proc.returncode}: {tail}")
     finally:
+        if progress is not None:
+            progress.clear()
         signal.signal(signal.SIGTERM, previous)
         _pass_on(running, signal.SIGTERM)  # nothing left normally; on an error, no orphans
     result: dict[str, Any] = {"steps_s": times, "skipped_steps": skipped}
@@ -163,12 +185,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.slots is not None and args.slots < 0:
         parser.error(f"--slots must be >= 0, got {args.slots}")
-    result = run_side_by_side(steps(args.results_dir), slots=args.slots)
+    start = time.perf_counter()
+    progress = Progress()
+    result = run_side_by_side(steps(args.results_dir), slots=args.slots, progress=progress)
+    wall = round(time.perf_counter() - start, 1)
     if "failed" in result:
+        print(progress.summary(wall, args.results_dir), file=sys.stderr, flush=True)
         print(f"failed: {result['failed']}", file=sys.stderr)
         code = int(result["exit_code"])
         return 128 - code if code < 0 else code  # killed by a signal: the shell's 128 + its number
     print(f"all experiments done in {result['wall_s']:g} s", flush=True)
+    print(progress.summary(wall, args.results_dir), flush=True)
     return 0
 
 

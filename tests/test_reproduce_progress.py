@@ -1,0 +1,65 @@
+"""`make reproduce`'s progress (runners.launch.progress): while a small sweep runs through
+runners.launch.reproduce, a log gets plain progress lines with its streams done / total, the run ends
+with a summary naming the file to open, and the sweep's two jobs carry distinct bar labels."""
+
+import io
+import re
+import sys
+
+from runners.launch import progress, reproduce
+from runners.launch.reproduce import Step
+
+PY = sys.executable
+
+
+def tiny_sweep(results_dir) -> list[str]:
+    """Two jobs that differ only in a swept value (both labelled `adhoc preference_stream tepa_rev`
+    before), two seeds each, a few episodes: 4 streams."""
+    return [
+        PY, "-m", "runners.run", "-m", "hydra/launcher=joblib", f"results_dir={results_dir}",
+        "env=preference_stream", "memory=tepa_rev", "memory.theta_rev=0.3,0.5", "seeds=[0,1]",
+        "max_episodes=10", "progress=true",
+    ]  # fmt: skip
+
+
+def test_a_logged_reproduce_prints_progress_lines_a_summary_and_distinct_job_labels(
+    tmp_path, monkeypatch, capsys
+):
+    results = tmp_path / "res"
+    monkeypatch.setattr(
+        reproduce, "steps", lambda results_dir: [Step("sweep", None, tiny_sweep(results_dir))]
+    )
+    monkeypatch.setattr(progress, "PLAIN_EVERY_S", 0.2)
+    assert reproduce.main(["--results-dir", str(results)]) == 0
+    out, err = capsys.readouterr()
+
+    lines = [line for line in err.splitlines() if line.startswith("progress ")]
+    assert lines and "\r" not in err  # a log gets whole lines, no redrawn bar
+    assert all(re.search(r"\| streams sweep \d+/(4|\?)", line) and "ep/s" in line for line in lines)
+    assert "streams sweep 4/4 ended" in lines[-1]  # the line printed as the experiment ended
+
+    summary = [line for line in out.splitlines() if line.startswith("summary:")]
+    assert re.fullmatch(r"summary: 0:\d\d wall \([\d.]+ s\); streams done: sweep 4/4", summary[0])
+    assert summary[1].endswith(f"then open {results / 'README.md'}")
+
+    # the jobs' own bars (progress=true) in the experiment's output: one label per job, its swept value
+    labels = set(re.findall(r"(?m)(?:^|\r)(adhoc[^\r\n]*?): +\d+%\|", out))
+    assert len(labels) == 2, labels
+    assert sorted("memory.theta_rev=0.3" in label for label in labels) == [False, True]
+    assert all(label.startswith("adhoc ") and "memory.theta_rev=0." in label for label in labels)
+
+
+def test_on_a_terminal_the_line_is_redrawn_in_place_and_cleared_before_other_output():
+    screen = io.StringIO()
+    shown = progress.Progress(stream=screen, tty=True)
+    shown.add("other", [PY, "-c", "pass"])  # not a runners.run command: its total stays unknown
+    shown.tick(force=True)
+    shown.tick(force=True)
+    assert "\n" not in screen.getvalue() and screen.getvalue().count("\r") == 2
+    assert "streams other 0/?" in screen.getvalue() and "time left: estimating" in screen.getvalue()
+    shown.clear()
+    assert screen.getvalue().endswith("\r\x1b[K")
+
+
+def test_the_clock_reads_minutes_and_hours():
+    assert [progress.clock(s) for s in (0, 65.4, 3725)] == ["0:00", "1:05", "1:02:05"]
