@@ -22,6 +22,7 @@ Every problem is a `ConfigError` whose message names the key, e.g. "memory.theta
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import re
@@ -103,10 +104,110 @@ class RunConfig:
 
 
 def register() -> None:
-    """Store the run schema in Hydra's ConfigStore and add the `tepa.removeprefix` resolver (which
-    conf/env/memoryagentbench.yaml uses for its label); idempotent, done on import."""
+    """Store the run schema in Hydra's ConfigStore, add the `tepa.removeprefix` resolver (which
+    conf/env/memoryagentbench.yaml uses for its label) and name unknown keys in one line
+    (`_name_unknown_keys`); idempotent, done on import."""
     OmegaConf.register_new_resolver("tepa.removeprefix", str.removeprefix, replace=True)
+    OmegaConf.register_new_resolver("tepa.default", _listed_default, replace=True)
     ConfigStore.instance().store(name="run_schema", node=RunConfig)
+    _name_unknown_keys()
+
+
+def _listed_default(value: Any = None) -> Any:
+    """`${tepa.default:V}` is V: an option lists a parameter at its class's default so that it can be
+    set (`env.noise=0.1`), and the run passes it only once something sets it (`_listed_defaults`)."""
+    return value
+
+
+_LISTED = re.compile(r"\$\{tepa\.default:[^}]*\}")
+
+
+def _listed_defaults(node: Any) -> set[str]:
+    """The keys of a component node still at their option's `${tepa.default:...}`: left out of the
+    class's arguments (it applies the same default), so that listing a parameter in an option changes
+    no run's identity. A value set anywhere (an experiment, the command line, even to the default) is
+    passed, as it was before the option listed it."""
+    if not isinstance(node, DictConfig):
+        return set()
+    raw = OmegaConf.to_container(node, resolve=False)
+    assert isinstance(raw, dict)
+    return {str(k) for k, v in raw.items() if isinstance(v, str) and _LISTED.fullmatch(v.strip())}
+
+
+_OVERRIDDEN = re.compile(r"Could not override '([^']+)'")
+
+
+def _name_unknown_keys() -> None:
+    """Hydra refuses an override of a key the composed config lacks (`env.phase_lenght=100`) with
+    "Could not override ... To append to your config use +env.phase_lenght=100": a hint that would add
+    a key no class takes. Every composition (a run, a sweep's jobs, a plan, `compose_spec`) applies
+    the command line's overrides through `ConfigLoaderImpl._apply_overrides_to_config`; wrapped here,
+    such a refusal is the project's one line instead, naming the key and what its node takes:
+    "env.phase_lenght: not a parameter of envs.controlled_drift.ControlledDrift (it takes: ...)"."""
+    try:
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+        from hydra.errors import ConfigCompositionException
+        from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+    except ImportError:  # another Hydra: its own message stays
+        return
+    apply = ConfigLoaderImpl.__dict__.get("_apply_overrides_to_config")
+    if not isinstance(apply, staticmethod) or getattr(apply.__func__, "_tepa", False):
+        return
+    original = apply.__func__
+
+    def applied(overrides: Any, cfg: DictConfig) -> None:
+        overrides = [_as_set(o, cfg) for o in overrides]
+        try:
+            original(overrides, cfg)
+        except ConfigCompositionException as exc:
+            match = _OVERRIDDEN.match(str(exc))
+            if match is None or not isinstance(exc.__cause__, ConfigAttributeError | ConfigKeyError):
+                raise
+            raise ConfigError(unknown_key_message(match.group(1), cfg)) from None
+
+    applied._tepa = True  # type: ignore[attr-defined]
+    ConfigLoaderImpl._apply_overrides_to_config = staticmethod(applied)  # type: ignore[method-assign]
+
+
+def _as_set(override: Any, cfg: DictConfig) -> Any:
+    """`+env.noise=0.1` as `env.noise=0.1` when the option lists the key: a component's parameter once
+    had to be added with `+` (its option did not list it), and such command lines still run."""
+    key = override.key_or_group
+    if override.is_add() and key.split(".", 1)[0] in PROTOCOLS and "." in key:
+        if OmegaConf.select(cfg, key, throw_on_missing=False) is not None:
+            from hydra.core.override_parser.types import OverrideType
+
+            return dataclasses.replace(override, type=OverrideType.FORCE_ADD)
+    return override
+
+
+def unknown_key_message(key: str, cfg: DictConfig) -> str:
+    """One line for `key`, which composed config `cfg` does not have: for a key of a component (env,
+    memory, llm) the parameters its class takes, else the keys its node has."""
+    head, _, leaf = key.rpartition(".")
+    if not head:
+        return f"{key}: not a config key (the keys: {', '.join(_RUN_KEYS)})"
+    group = head.split(".", 1)[0]
+    node = OmegaConf.select(cfg, head, throw_on_missing=False)
+    target = node.get("_target_") if head == group and isinstance(node, DictConfig) else None
+    if group in PROTOCOLS and head == group and target in (None, "???"):
+        return f"{key}: {group}._target_ is not set yet (set it first; a parameter of your class: +{key}=...)"
+    if group in PROTOCOLS and isinstance(target, str):
+        try:
+            accepted = list(inspect.signature(import_target(target)).parameters)  # type: ignore[arg-type]
+        except (ValueError, TypeError, ImportError):
+            accepted = None
+        if accepted is not None and leaf in accepted:  # a class of your own: its option lists nothing
+            return (
+                f"{key}: a parameter of {target} that the {group} option does not list (add it: +{key}=...)"
+            )
+        if accepted is not None:
+            hint = " (start from memory=custom for a class of your own)" if group == "memory" else ""
+            return f"{key}: not a parameter of {target} (it takes: {', '.join(accepted) or 'none'}){hint}"
+    if isinstance(node, DictConfig):
+        keys = ", ".join(str(k) for k in node if str(k) not in RESERVED) or "none"
+        return f"{key}: not a key of {head} (its keys: {keys})"
+    return f"{key}: not a config key ({head} has no key {leaf!r})"
 
 
 register()
@@ -213,7 +314,10 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
     check_dir_name("name", resolved["name"])
     if not resolved.get("plan"):  # a plan writes nothing (checking the folder creates it)
         check_results_dir(resolved["results_dir"])
-    components = {g: _component(g, resolved[g], choices.get(g)) for g in ("env", "memory", "llm")}
+    components = {
+        g: _component(g, resolved[g], choices.get(g), _listed_defaults(cfg[g]))
+        for g in ("env", "memory", "llm")
+    }
     log_prompts = resolved.get("log_prompts")  # absent from a logged config (meta.json) of an older run
     if log_prompts is None:
         log_prompts = default_log_prompts(components["llm"])
@@ -260,7 +364,9 @@ def _retrieval(node: Any) -> RetrievalSpec:
         raise ConfigError(str(exc)) from None
 
 
-def _component(group: str, node: Any, choice: str | None) -> Component:
+def _component(
+    group: str, node: Any, choice: str | None, listed: set[str] | frozenset[str] = frozenset()
+) -> Component:
     if not isinstance(node, dict) or not isinstance(node.get("_target_"), str) or not node["_target_"]:
         raise ConfigError(
             f"{group}._target_: missing required value (the class to build, package.module.Class)"
@@ -270,7 +376,7 @@ def _component(group: str, node: Any, choice: str | None) -> Component:
         if problem:
             raise ConfigError(f"{group}.{key}{problem}")
     target = node["_target_"]
-    params = {k: v for k, v in node.items() if k not in RESERVED}
+    params = {k: v for k, v in node.items() if k not in RESERVED and k not in listed}
     try:
         cls = require_class(target, import_target(target), PROTOCOLS[group])
     except ValueError as exc:
