@@ -39,7 +39,7 @@ def test_a_logged_reproduce_prints_progress_lines_a_summary_and_distinct_job_lab
     assert "streams sweep 4/4 ended" in lines[-1]  # the line printed as the experiment ended
 
     summary = [line for line in out.splitlines() if line.startswith("summary:")]
-    assert re.fullmatch(r"summary: 0:\d\d wall \([\d.]+ s\); streams done: sweep 4/4", summary[0])
+    assert re.fullmatch(r"summary: \d+:\d\d wall \([\d.]+ s\); streams done: sweep 4/4", summary[0])
     assert summary[1].endswith(f"then open {results / 'README.md'}")
 
     # the jobs' own bars (progress=true) in the experiment's output: one label per job, its swept value

@@ -127,7 +127,7 @@ class Progress:
     def ended(self, name: str, ok: bool) -> None:
         """Experiment `name` ended (`ok`: exit 0): counted one last time and, in a log, a line."""
         watched = self.watched[name]
-        if watched.composing is not None:
+        if ok and watched.composing is not None:
             watched.composing.join(COMPOSE_WAIT_S)  # its total, for its last line
         self._count(watched)
         watched.ended, watched.ok = True, ok
