@@ -3,8 +3,11 @@ runners.launch.reproduce, a log gets plain progress lines with its streams done 
 with a summary naming the file to open, and the sweep's two jobs carry distinct bar labels."""
 
 import io
+import json
+import os
 import re
 import sys
+import tempfile
 
 from runners.launch import progress, reproduce
 from runners.launch.reproduce import Step
@@ -63,3 +66,30 @@ def test_on_a_terminal_the_line_is_redrawn_in_place_and_cleared_before_other_out
 
 def test_the_clock_reads_minutes_and_hours():
     assert [progress.clock(s) for s in (0, 65.4, 3725)] == ["0:00", "1:05", "1:02:05"]
+
+
+def test_streams_finished_before_the_start_are_not_counted_and_skipped_ones_come_from_the_jobs_lines(
+    tmp_path,
+):
+    seen = io.StringIO()
+    watching = progress.Progress(stream=seen, tty=False)
+    log = tempfile.TemporaryFile()
+    command = [PY, "-m", "runners.run", "-m", f"results_dir={tmp_path}", "name=demo", "seeds=[0,1,2,3,4]"]
+    watching.add("demo", command, log)
+    watching.watched["demo"].composing.join(60)
+    assert watching.watched["demo"].total == 5  # one job, five seeds
+    runs = tmp_path / "runs" / "demo" / "controlled_drift" / "tepa_rev"
+    for seed, episodes in ((0, 7), (1, 11)):
+        (runs / f"seed={seed}").mkdir(parents=True)
+        (runs / f"seed={seed}" / "meta.json").write_text(json.dumps({"n_episodes": episodes}))
+    old = runs / "seed=0" / "meta.json"
+    os.utime(old, (watching.start_wall - 60, watching.start_wall - 60))  # an earlier run's stream
+    log.write(b"[x][runners.run][INFO] - 5 stream(s): 3 run, 2 skipped (complete); 0 episode(s)\n")
+    log.flush()
+    watching.tick(force=True)
+    assert "streams demo 3/5 |" in seen.getvalue()  # seed=1 finished now, two skipped by the job
+    assert watching.watched["demo"].episodes == 11
+    watching.ended("demo", ok=True)
+    assert seen.getvalue().splitlines()[-1].startswith("progress ")
+    assert "streams demo 5/5 ended" in seen.getvalue().splitlines()[-1]
+    log.close()
