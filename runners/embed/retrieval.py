@@ -3,9 +3,10 @@
 `keyed` (the default) retrieves a task's items by its key and leaves a run's identity as it was; `bm25`
 and `dense` rank every retrievable item of the method by similarity to the query text
 (`tepa.retrieval`). The dense mode embeds with the local model (`runners.embed.local`, the `embed`
-extra) or, with `base_url`, any OpenAI-compatible `/v1/embeddings` endpoint; vectors are cached on disk
-(`cache_path`). The mode, the model's name and its files' sha256 (or the endpoint and its model) are
-part of each stream's identity; the cache, batch size, timeout and key variable are not.
+extra) or, with `base_url`, any OpenAI-compatible `/v1/embeddings` endpoint; vectors are checked (finite,
+one length) and cached on disk (`cache_path`, keyed by model and dimension). The mode, the model's name
+and its files' sha256 (or the endpoint and its model) are part of each stream's identity; the cache,
+batch size, timeout and key variable are not.
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ def _ranker(mode: str, params_json: str) -> Ranker | None:
     if params["base_url"] is None:
         embed: Any = local.LocalEmbedder(params["batch_size"], local.default_threads())
         model_id = json.dumps(local.fingerprint(), sort_keys=True)
+        where = f"the local model {local.MODEL}"
     else:
         from runners.embed.endpoint import EndpointEmbedder
 
@@ -125,6 +127,7 @@ def _ranker(mode: str, params_json: str) -> Ranker | None:
             params["timeout"],
             params["batch_size"],
         )
-        embed.probe()
+        embed.probe()  # also learns the vectors' length, part of the cache's key
         model_id = json.dumps({"base_url": embed.url, "model": params["model"]}, sort_keys=True)
-    return DenseRanker(CachedEmbedder(embed, model_id, params["cache_path"]))
+        where = f"retrieval.base_url={embed.url}"
+    return DenseRanker(CachedEmbedder(embed, model_id, params["cache_path"], dims=embed.dims, where=where))
