@@ -4,8 +4,10 @@ the real data's layout with invented facts, so these run on every machine, with 
 import json
 import urllib.error
 
+import pyarrow.parquet as pq
 import pytest
 
+from analysis.data.logformat import EPISODES
 from envs.base import Environment
 from envs.memoryagentbench import data as mab_data
 from envs.memoryagentbench.data import (
@@ -206,3 +208,12 @@ def test_changed_data_changes_the_provenance(generated_mab_data, tmp_path):
     after = _sh(other).provenance
     assert after["source_row_sha256"] != before["source_row_sha256"]
     assert after["templates_sha256"] == before["templates_sha256"]
+
+
+def test_a_run_on_the_generated_folder_logs_every_question_with_its_score(generated_mab_data, tiny_run):
+    results = tiny_run("env=memoryagentbench", f"env.data_dir={generated_mab_data}", "memory=lww")
+    logs = list(results.rglob(EPISODES))
+    assert len(logs) == 1 and "memoryagentbench_sh_6k" in str(logs[0])
+    episodes = pq.read_table(logs[0]).to_pylist()
+    questions = [e for e in episodes if e.get("phase") == "questions"]
+    assert len(questions) == len(SH_QUESTIONS)
