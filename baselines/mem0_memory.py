@@ -14,6 +14,14 @@ it keeps a config.json) in a temporary folder removed when the process ends. Wit
 default) mem0 stores each observation as it is; with `infer=True` its own LLM extraction decides what
 to store, from an OpenAI-compatible endpoint (`llm_base_url`, `llm_model`). mem0's feedback and phase
 hooks do not exist: outcomes reach it only as observations.
+
+The endpoint is not trusted, as the openai backend's is not: every attempt of mem0's LLM calls ends within
+`llm_timeout` seconds (headers to last byte, checked as the body arrives; the client's own default allows
+10 minutes per read, and ~30 minutes per call with its retries) and reads at most
+`runners.llm.capped_transport.MAX_BODY_BYTES`, with `llm_max_retries` retries on timeouts, 408/409/429 and
+5xx; then the stream stops with one line and a rerun resumes it. The key (read from `llm_api_key_env`) is
+redacted from that line and from the memories handed back, and registered with the log filter that
+redacts it from mem0's own log records under a run (`runners.llm.secrets`).
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 import warnings
 from collections.abc import Hashable
 from typing import Any
@@ -32,6 +41,7 @@ from typing import Any
 import numpy as np
 from hydra.errors import CompactHydraException
 
+from runners.llm.secrets import register, scrub
 from tepa.evidence import Evidence, Observation, Query, check_observation
 from tepa.retrieval import DEFAULT_TOP_K
 from tepa.validation import check_int
@@ -75,6 +85,44 @@ def _embedder() -> Any:
     return CachedEmbedder(LocalEmbedder(), str(fingerprint()), None)
 
 
+def _bounded_client(api_key: str, base_url: str | None, timeout: float, max_retries: int) -> Any:
+    """An OpenAI client for mem0's LLM whose every attempt ends within `timeout` seconds (each read, and
+    the whole body as it arrives) and reads at most MAX_BODY_BYTES, with `max_retries` retries."""
+    import httpx2
+    import openai
+
+    from runners.llm.capped_transport import MAX_BODY_BYTES, Oversized
+
+    class Body(httpx2.SyncByteStream):
+        def __init__(self, stream: httpx2.SyncByteStream, deadline: float) -> None:
+            self._stream, self._deadline = stream, deadline
+
+        def __iter__(self):  # noqa: ANN204 (a generator)
+            seen = 0
+            for chunk in self._stream:
+                seen += len(chunk)
+                if seen > MAX_BODY_BYTES:
+                    raise Oversized(f"response body longer than {MAX_BODY_BYTES} bytes")
+                if time.monotonic() > self._deadline:
+                    raise httpx2.ReadTimeout(f"no complete answer within {timeout:g} s")
+                yield chunk
+
+        def close(self) -> None:
+            self._stream.close()
+
+    class Transport(httpx2.HTTPTransport):
+        def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+            deadline = time.monotonic() + timeout
+            response = super().handle_request(request)
+            response.stream = Body(response.stream, deadline)
+            return response
+
+    http = openai.DefaultHttpxClient(transport=Transport(), timeout=timeout)
+    return openai.OpenAI(
+        api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries, http_client=http
+    )
+
+
 class _Embedder:
     """mem0's embedder interface over `_embedder()`."""
 
@@ -92,6 +140,8 @@ class Mem0Memory:
     """mem0's `Memory` behind the harness's protocol (see the module docstring)."""
 
     name = "mem0"
+    #: How long mem0's LLM calls may wait changes how a stream runs, not its episodes (not in its identity).
+    operational = frozenset({"llm_timeout", "llm_max_retries"})
 
     def __init__(
         self,
@@ -101,16 +151,24 @@ class Mem0Memory:
         llm_model: str = "gpt-4o-mini",
         llm_api_key_env: str = "OPENAI_API_KEY",
         threshold: float = 0.0,
+        llm_timeout: float = 60.0,
+        llm_max_retries: int = 2,
     ) -> None:
         self.top_k = check_int("top_k", top_k, 1)
         if type(infer) is not bool:
             raise ValueError(f"infer={infer!r}: must be true or false")
         if infer and not llm_base_url:
             raise ValueError("llm_base_url: infer=true needs an OpenAI-compatible endpoint for mem0's LLM")
+        if type(llm_timeout) not in (int, float) or not 0 < llm_timeout < float("inf"):
+            raise ValueError(f"llm_timeout={llm_timeout!r}: must be a number of seconds > 0")
+        self.llm_max_retries = check_int("llm_max_retries", llm_max_retries, 0)
         self.infer = infer
         self.threshold = float(threshold)
+        self.llm_timeout = float(llm_timeout)
         mem0, client = _mem0()
-        api_key = os.environ.get(llm_api_key_env) or "none"
+        self._key = os.environ.get(llm_api_key_env) or None
+        register(self._key)  # redacted from every log record under a run
+        api_key = self._key or "none"
         llm: dict[str, Any] = {"api_key": api_key, "model": llm_model, "temperature": 0.0}
         if llm_base_url:
             llm["openai_base_url"] = llm_base_url
@@ -131,8 +189,14 @@ class Mem0Memory:
         try:
             self._memory = mem0.Memory.from_config(config)
         except Exception as exc:
-            raise Mem0Error(f"memory=mem0: mem0 could not start: {type(exc).__name__}: {exc}") from None
+            raise Mem0Error(
+                self._scrub(f"memory=mem0: mem0 could not start: {type(exc).__name__}: {exc}")
+            ) from None
         self._memory.embedding_model = _Embedder()
+        if infer:  # mem0's own client waits up to 10 minutes per read, three times
+            self._memory.llm.client = _bounded_client(
+                api_key, llm_base_url, self.llm_timeout, self.llm_max_retries
+            )
         self._keys: list[Hashable] = []  # by ref: the observation's key (mem0 stores its repr)
         self._stored = 0
 
@@ -164,7 +228,7 @@ class Mem0Memory:
         ref = meta.get("ref")
         if type(ref) is not int or not 0 <= ref < len(self._keys):
             return None
-        text = hit.get("memory") or ""
+        text = self._scrub(str(hit.get("memory") or ""))
         return Evidence(self._keys[ref], str(meta.get("value", "")), bool(meta.get("holds", True)),
                         int(meta.get("t", 0)), text, str(meta.get("source", "")), ref)  # fmt: skip
 
@@ -173,9 +237,29 @@ class Mem0Memory:
             return getattr(self._memory, method)(*args, **kwargs)
         except Exception as exc:
             raise Mem0Error(
-                f"memory=mem0: mem0's {method} failed at step t={t}: {type(exc).__name__}: "
-                f"{str(exc).splitlines()[0] if str(exc) else ''}; rerun the same command to resume"
+                self._scrub(f"memory=mem0: mem0's {method} failed at step t={t}: {self._why(exc)}")[:800]
+                + "; rerun the same command to resume"
             ) from None
+
+    def _why(self, exc: BaseException) -> str:
+        """The failure in a line: a timeout of mem0's LLM call says how long it waited."""
+        import openai
+
+        cause: BaseException | None = exc
+        attempts = self.llm_max_retries + 1
+        while cause is not None:
+            if isinstance(cause, openai.APITimeoutError):
+                return (
+                    f"{type(exc).__name__}: mem0's LLM endpoint gave no complete answer within "
+                    f"{self.llm_timeout:g} s, {attempts} attempt{'s' if attempts > 1 else ''} "
+                    "(memory.llm_timeout)"
+                )
+            cause = cause.__cause__ or cause.__context__
+        text = str(exc).strip()
+        return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+
+    def _scrub(self, text: str) -> str:
+        return scrub(text, self._key)
 
     def feedback(self, used: list[Evidence], success: bool, t: int) -> None:
         """mem0 has no feedback hook: outcomes reach it as observations."""

@@ -45,6 +45,7 @@ from runners.config import ConfigError, RunSpec, validate
 from runners.launch import jobs, slots
 from runners.launch.progress import job_label
 from runners.llm.backend import BackendExhausted, total_stats
+from runners.llm.secrets import scrub_logs
 from runners.preflight import check_command_line
 from runners.store.identity import Variant, stream_identity, variant_of
 from runners.store.runlog import StreamLog, differences
@@ -383,6 +384,8 @@ def main(cfg: DictConfig) -> None:
     # The openai client's HTTP layer logs every request at INFO: one line per model call drowns the run log.
     for name in ("httpx", "httpx2"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # A library's own log records (mem0's carry its LLM endpoint's error bodies) pass the key scrubber.
+    scrub_logs()
     hydra_cfg = HydraConfig.get()
     try:
         summary = execute(cfg, hydra_cfg.runtime.choices)

@@ -144,8 +144,9 @@ def _component_values(cfg: DictConfig, group: str) -> dict[str, Any]:
 
 def _operational(group: str, target: Any) -> frozenset[str]:
     """Keys of `group` that change how a stream runs, not its episodes: a rerun that changes only these
-    continues (or skips) the same streams. Environments and backends declare them (`operational`)."""
-    if group in ("env", "llm") and isinstance(target, str):
+    continues (or skips) the same streams. Environments, backends and memories declare them
+    (`operational`)."""
+    if group in ("env", "llm", "memory") and isinstance(target, str):
         try:
             return import_target(target).operational  # type: ignore[attr-defined]
         except (ValueError, AttributeError):  # not a class of the group: validation names it
