@@ -197,6 +197,8 @@ class Progress:
                 unknown = True
                 continue
             etas.append((w.total - w.done) * elapsed / ran)
+        if all(w.ended for w in self.watched.values()):
+            return "time left: 0:00"
         if not etas:
             return "time left: estimating" if unknown else "time left: finishing"
         return f"about {clock(max(etas))} left"
@@ -270,9 +272,11 @@ def sweep_total(command: Sequence[str], cwd: Path) -> tuple[int, Path] | None:
         jobs = plan._jobs(overrides + search, multirun)
         base = compose_config(jobs[0])
         total, names = 0, {str(base.name)}
-        for job in jobs:  # a job composed again only when it may differ in its seeds or experiment
-            own = any(_key(o) in ("seed", "seeds", "experiment") for o in job) and job is not jobs[0]
-            cfg = compose_config(job) if own else base
+        # a job is composed again only when the sweep varies its seeds or experiment
+        swept = {_key(o) for o in {o for job in jobs for o in job} - set.intersection(*map(set, jobs))}
+        again = bool(swept & {"seed", "seeds", "experiment"})
+        for job in jobs:
+            cfg = compose_config(job) if again and job is not jobs[0] else base
             total += len(cfg.seeds) if cfg.get("seeds") is not None else 1
             names.add(str(cfg.name))
     results = Path(str(base.results_dir))
