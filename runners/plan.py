@@ -70,23 +70,29 @@ class Plan:
         return f"plan{f' {name}' if name else ''}: {self._numbers()}{cost}"
 
     def _numbers(self) -> str:
-        calls = f"{self.calls} model calls" if self.exact_calls else f"about {self.calls} model calls"
+        calls = f"{self.calls:,} model calls" if self.exact_calls else f"about {self.calls:,} model calls"
         if self.completion_tokens is None:
             bound = f"no bound on completion tokens ({self.unbounded or 'in some runs'})"
         else:
-            bound = f"at most {self.completion_tokens} completion tokens (bound)"
+            bound = f"at most {self.completion_tokens:,} completion tokens (bound)"
         return (
-            f"{self.streams} stream(s), {self.decisions} decisions, {calls}, "
-            f"about {self.prompt_tokens} prompt tokens (estimate), {bound}"
+            f"{self.streams:,} stream(s), {self.decisions:,} decisions, {calls}, "
+            f"about {self.prompt_tokens:,} prompt tokens (estimate), {bound}"
         )
 
 
 #: The line after the plans: what the estimate and the bound are.
 NOTE = (
     "(prompt tokens: an estimate, from a dry pass of each run's first seed scaled to its seeds; completion "
-    "tokens: a bound, every call generating its maximum; cost: per million tokens, llm.price_in / "
-    "llm.price_out)"
+    "tokens: a bound, every call generating its maximum; cost: $ is the currency of llm.price_in / "
+    "llm.price_out, the prices of a million prompt / completion tokens)"
 )
+
+
+def money(amount: float) -> str:
+    """An amount in the prices' currency: `$24.73`, `$1,234.50`; below a dollar four decimals
+    (`$0.0042`), so that a small run's cost does not read as nothing."""
+    return f"${amount:,.2f}" if amount >= 1 or amount == 0 else f"${amount:.4f}"
 
 
 def _cost(prompts: float, completions: float | None, priced: bool) -> str:
@@ -94,10 +100,10 @@ def _cost(prompts: float, completions: float | None, priced: bool) -> str:
     if not priced:
         return ""
     if completions is None:
-        return f"; cost about {prompts:.4f} (prompts) + an unbounded cost of completions"
+        return f"; cost about {money(prompts)} (prompts) + an unbounded cost of completions"
     return (
-        f"; cost about {prompts:.4f} (prompts) + at most {completions:.4f} (completions) "
-        f"= at most about {prompts + completions:.4f}"
+        f"; cost about {money(prompts)} (prompts) + at most {money(completions)} (completions) "
+        f"= at most about {money(prompts + completions)}"
     )
 
 
@@ -262,12 +268,13 @@ def main(argv: Sequence[str], conf_dir: str) -> int:
     try:
         with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
             jobs = _jobs(overrides + search, multirun)
+            swept = _swept(jobs)
             plans = []
             for job in jobs:
                 cfg = compose_config(job)
                 spec = validate(cfg, cfg.hydra.runtime.choices)
                 plans.append(plan(spec))
-                print(plans[-1].describe(f"{spec.name} {spec.env.label} {spec.memory.label}"), flush=True)
+                print(plans[-1].describe(point_name(spec, job, swept)), flush=True)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -278,6 +285,31 @@ def main(argv: Sequence[str], conf_dir: str) -> int:
         print(total(plans), flush=True)
     print(NOTE, flush=True)
     return 0
+
+
+def _assignments(job: Sequence[str]) -> dict[str, str]:
+    """A job's overrides as key -> value (`+`/`++` dropped; the last of a key wins)."""
+    pairs = (o.split("=", 1) for o in job if "=" in o)
+    return {key.lstrip("+~"): value for key, value in pairs}
+
+
+def _swept(jobs: Sequence[Sequence[str]]) -> list[str]:
+    """The keys whose value differs between the jobs of a sweep, in the order the first job sets them."""
+    assigned = [_assignments(job) for job in jobs]
+    keys = list(dict.fromkeys(k for a in assigned for k in a))
+    return [k for k in keys if len({a.get(k) for a in assigned}) > 1]
+
+
+def point_name(spec: RunSpec, job: Sequence[str], swept: Sequence[str]) -> str:
+    """A plan line's name: experiment, env and memory labels, then the job's value of each swept key
+    (`memory.theta_rev=0.3`), so that the points of a sweep are told apart; a swept group option the
+    label already shows (`memory=lww` labelled lww) is not repeated."""
+    assigned = _assignments(job)
+    shown = {"env": spec.env.label, "memory": spec.memory.label}
+    values = [
+        f"{key}={assigned[key]}" for key in swept if key in assigned and shown.get(key) != assigned[key]
+    ]
+    return " ".join([spec.name, spec.env.label, spec.memory.label, *values])
 
 
 def _split(argv: Sequence[str]) -> tuple[list[str], list[str]]:

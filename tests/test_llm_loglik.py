@@ -102,7 +102,7 @@ def test_the_plan_is_within_ten_percent_of_the_tokens_a_real_gemma_run_reports(g
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
     plan = subprocess.run([*command, "plan=true"], capture_output=True, text=True, env=env, timeout=300)
     assert plan.returncode == 0, plan.stderr
-    estimate = int(re.search(r"about (\d+) prompt tokens", plan.stdout).group(1))
+    estimate = int(re.search(r"about ([\d,]+) prompt tokens", plan.stdout).group(1).replace(",", ""))
     real = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
     assert real.returncode == 0, real.stderr
     (path,) = tmp_path.glob(f"runs/adhoc/**/append_only/**/seed=0/{EPISODES}")
