@@ -108,8 +108,9 @@ def per_run(episodes: pd.DataFrame, overall: str) -> pd.DataFrame:
 def summarize(episodes: pd.DataFrame, phases: dict[tuple[str, str], list[str]], overall: str) -> pd.DataFrame:
     """Means over seeds with 95% CIs of METRICS per (experiment, env, memory, phase): columns experiment,
     env, memory, phase, metric, mean, low, high, n (seeds with a value). Cells no seed defines are left
-    out."""
-    from analysis.metrics import settings, sorted_methods  # analysis.metrics imports this module
+    out; the interval is NaN over fewer than MIN_BOOTSTRAP_SEEDS seeds, as in every other summary."""
+    # analysis.metrics imports this module; its _estimate_columns withholds an interval over too few seeds
+    from analysis.metrics import _estimate_columns, settings, sorted_methods
 
     columns = [*LABELS, "phase", "metric", "mean", "low", "high", "n"]
     if episodes.empty or episodes["current"].isna().all():
@@ -142,10 +143,7 @@ def summarize(episodes: pd.DataFrame, phases: dict[tuple[str, str], list[str]], 
                         )
                         samples.append(values)
     estimates = mean_cis(samples) if samples else []
-    records = [
-        c | {"mean": e.mean, "low": e.low, "high": e.high, "n": e.n}
-        for c, e in zip(cells, estimates, strict=True)
-    ]
+    records = [c | _estimate_columns(e) for c, e in zip(cells, estimates, strict=True)]
     return pd.DataFrame.from_records(records, columns=columns)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import textwrap
+import zlib
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -29,7 +30,6 @@ from matplotlib.figure import Figure
 
 from analysis.data.load import experiment_variants, in_sweep
 from analysis.metrics import (
-    METHOD_ORDER,
     NO_MEMORY,
     ORACLE_RESET,
     OVERALL,
@@ -55,25 +55,52 @@ LIFECYCLE_EVENTS = ("created", "promoted", "revoked", "repromoted")
 
 PNG_METADATA = {"Software": None}
 DPI = 110
-_COLORS = dict(
-    zip(
-        METHOD_ORDER,
-        (
-            "#7f7f7f",
-            "#d62728",
-            "#ff7f0e",
-            "#8c564b",
-            "#e377c2",
-            "#17becf",
-            "#1f77b4",
-            "#2ca02c",
-            "#9467bd",
-            "#aec7e8",
-        ),
-        strict=False,  # a method ranked beyond these gets one of _EXTRA_COLORS
-    )
+#: A method's colour is fixed by its label, never by which other methods a figure shows or the registry
+#: lists, so one method has one colour in every figure and adding a method recolours no other. The
+#: methods of the committed results keep the colours they were drawn in: the built-ins (conf/memory, by
+#: display rank), mem0 (no display entry) and the lifecycle ablation's variants (conf/lifecycle).
+FIXED_COLORS = {
+    "no_memory": "#7f7f7f",  # rank 10
+    "append_only": "#d62728",  # 20
+    "lww": "#ff7f0e",  # 30
+    "sliding_window": "#8c564b",  # 40
+    "reactive": "#e377c2",  # 50
+    "oracle_reset": "#17becf",  # 60
+    "tepa_rev": "#1f77b4",  # 70
+    "tepa_full": "#2ca02c",  # 80
+    "tepa_norev": "#9467bd",  # 90
+    "tepa_rev_literal": "#aec7e8",  # 100
+    "mem0": "#bcbd22",
+    "tepa_rev-clear_recent_on_revoke=false": "#bcbd22",
+    "tepa_rev-counts=lifetime": "#393b79",
+    "tepa_rev-own_failure_new_epoch=false": "#637939",
+    "tepa_rev-revoked_counts_conflicts=true": "#8c6d31",
+    "tepa_rev-stale_feedback=active_only": "#843c39",
+    "tepa_rev-stale_feedback=count": "#7b4173",
+}
+#: Any other method (a user's own, whatever its rank) gets one of these colours and line styles, chosen
+#: by a stable hash of its label (CRC-32, the same in every process), not by its place among the others.
+_EXTRA_COLORS = (
+    "#ffbb78",
+    "#98df8a",
+    "#ff9896",
+    "#c5b0d5",
+    "#c49c94",
+    "#f7b6d2",
+    "#dbdb8d",
+    "#9edae5",
+    "#5254a3",
+    "#8ca252",
+    "#bd9e39",
+    "#ad494a",
+    "#a55194",
+    "#6b6ecf",
+    "#b5cf6b",
+    "#e7ba52",
+    "#d6616b",
+    "#ce6dbd",
 )
-_EXTRA_COLORS = ("#bcbd22", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173")
+_EXTRA_STYLES = ("-", "-.")
 _STYLES = {NO_MEMORY: ":", ORACLE_RESET: "--"}
 
 
@@ -106,10 +133,40 @@ class Drawing:
 Job = Callable[[], Drawing | None]
 
 
+def _label_hash(method: str) -> int:
+    return zlib.crc32(method.encode("utf-8"))
+
+
+def method_color(method: str) -> str:
+    """A method's colour: FIXED_COLORS', else one of _EXTRA_COLORS chosen by its label alone."""
+    fixed = FIXED_COLORS.get(method)
+    return fixed if fixed is not None else _EXTRA_COLORS[_label_hash(method) % len(_EXTRA_COLORS)]
+
+
+def method_style(method: str) -> str:
+    """A method's line style: dotted No Memory, dashed Oracle Reset, solid for the other fixed methods;
+    any other method's chosen by its label alone (so two sharing a colour are still told apart)."""
+    if method in _STYLES:
+        return _STYLES[method]
+    if method in FIXED_COLORS:
+        return "-"
+    return _EXTRA_STYLES[_label_hash(method) // len(_EXTRA_COLORS) % len(_EXTRA_STYLES)]
+
+
 def method_colors(methods: Iterable[str]) -> dict[str, str]:
-    """A fixed colour per method: the built-in methods always get the same one; others follow in order."""
-    extra = [m for m in sorted_methods(methods) if m not in _COLORS]
-    return _COLORS | {m: _EXTRA_COLORS[i % len(_EXTRA_COLORS)] for i, m in enumerate(extra)}
+    """Method -> its colour (`method_color`): each method's own, whichever others are present."""
+    return {m: method_color(m) for m in sorted_methods(methods)}
+
+
+def seed_counts(rows: pd.DataFrame) -> tuple[str, dict[str, str]]:
+    """How many seeds each method's curve averages (`rows`: episodes with `memory` and `seed`): the
+    title's text ("20 seeds") and no legend suffixes when every method has the same number; else
+    "5-20 seeds, per method in legend" and each method's " (n seeds)" for its legend entry."""
+    counts = rows.groupby("memory")["seed"].nunique()
+    low, high = int(counts.min()), int(counts.max())
+    if low == high:
+        return f"{high} seeds", {}
+    return f"{low}-{high} seeds, per method in legend", {m: f" ({int(n)} seeds)" for m, n in counts.items()}
 
 
 def set_title(ax: Axes, title: str, **options: float) -> None:
@@ -196,22 +253,22 @@ def success_over_time(
     ax = figure.add_subplot()
     end = shade_phases(ax, rows, phases)
     curves = success_curves(rows, window)
+    seeds, per_method = seed_counts(rows)
     for method, (rolling, label) in curves.items():
         ax.plot(
             rolling.index,
             rolling.to_numpy(),
             color=colors[method],
-            ls=_STYLES.get(method, "-"),
+            ls=method_style(method),
             lw=1.4,
-            label=label,
+            label=label + per_method.get(method, ""),
         )
-    n_seeds = int(rows.groupby("memory")["seed"].nunique().max())
     ax.set_xlim(int(rows["t"].min()), end)
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("episode t (stream position)")
     ax.set_ylabel(f"success, rolling mean of {window}")
     name = experiment_title(experiment, {experiment: list(variants)})
-    title = f"{name} / {env_label(env)}: success over time (mean over {n_seeds} seeds)"
+    title = f"{name} / {env_label(env)}: success over time (mean over {seeds})"
     figure.legend(loc="outside right upper", frameon=False, fontsize=9)
     set_title(ax, title, pad=22)
     return Drawing(f"success_over_time_{experiment}_{env}.png", title, render(figure), experiment)

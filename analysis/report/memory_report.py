@@ -28,8 +28,9 @@ from analysis.metrics import (
     sorted_experiments,
     sorted_methods,
 )
-from analysis.report.figures import _STYLES, Drawing, Job, method_colors, render, shade_phases
+from analysis.report.figures import Drawing, Job, method_colors, method_style, render, shade_phases
 from analysis.report.tables import MISSING, Table, _keyed, _of, _phase_columns, interval, number
+from analysis.stats import MIN_BOOTSTRAP_SEEDS
 
 APPEND_ONLY = "append_only"
 #: A prompt is "dominated by stale VALID lines" at a decision that is polluted; the section says whether
@@ -48,7 +49,10 @@ _DEFINITIONS = (
 
 
 def _cell(row: dict | None, digits: int = 3) -> str:
-    return MISSING if row is None else interval(row["mean"], row["low"], row["high"], digits)
+    """Mean [CI] of a cell, its interval withheld below the seeds a bootstrap needs (`interval`'s rule)."""
+    if row is None:
+        return MISSING
+    return interval(row["mean"], row["low"], row["high"], digits, n=row.get("n"))
 
 
 def memory_table(analysis: Analysis, experiment: str) -> Table | None:
@@ -83,6 +87,13 @@ def memory_table(analysis: Analysis, experiment: str) -> Table | None:
                     }
                 data.append(record)
     columns = ["Setting", "Method", "Phase", "Success", *METRICS.values()]
+    counts = [n for r in data for k, n in r.items() if k.endswith("_n") and not math.isnan(n)]
+    counts += [row["n"] for row in success.values() if "n" in row and not math.isnan(row["n"])]
+    few = (
+        f" (n=k, no CI): fewer than {MIN_BOOTSTRAP_SEEDS} seeds, too few for a bootstrap interval."
+        if counts and min(counts) < MIN_BOOTSTRAP_SEEDS
+        else ""
+    )
     return Table(
         f"memory_{experiment}",
         f"{experiment}: memory quality beside success (no reader involved)",
@@ -90,7 +101,7 @@ def memory_table(analysis: Analysis, experiment: str) -> Table | None:
         rows,
         pd.DataFrame.from_records(data),
         labels=3,
-        note=_SOURCE + _DEFINITIONS,
+        note=_SOURCE + _DEFINITIONS + few,
     )
 
 
@@ -114,7 +125,7 @@ def stale_share_over_time(
                 share.index,
                 share.to_numpy(),
                 color=colors[method],
-                ls=_STYLES.get(method, "-"),
+                ls=method_style(method),
                 lw=1.4,
                 label=method_label(method),
             )
