@@ -93,3 +93,14 @@ def test_streams_finished_before_the_start_are_not_counted_and_skipped_ones_come
     assert seen.getvalue().splitlines()[-1].startswith("progress ")
     assert "streams demo 5/5 ended" in seen.getvalue().splitlines()[-1]
     log.close()
+
+
+def test_a_sweeps_total_counts_every_jobs_seeds_and_other_commands_have_none(tmp_path):
+    run = [PY, "-m", "runners.run", "-m", f"results_dir={tmp_path}"]
+    assert progress.sweep_total([*run, "seed=0,1,2", "memory=lww,no_memory"], tmp_path) == (
+        6,
+        tmp_path / "runs" / "adhoc",
+    )
+    both = [*run, "experiment=paper_controlled,paper_preference", "memory=lww"]
+    assert progress.sweep_total(both, tmp_path) == (20 + 10, tmp_path / "runs")  # two experiments' folders
+    assert progress.sweep_total([PY, "-c", "pass"], tmp_path) is None
