@@ -15,13 +15,14 @@ default) mem0 stores each observation as it is; with `infer=True` its own LLM ex
 to store, from an OpenAI-compatible endpoint (`llm_base_url`, `llm_model`). mem0's feedback and phase
 hooks do not exist: outcomes reach it only as observations.
 
-The endpoint is not trusted, as the openai backend's is not: every attempt of mem0's LLM calls ends within
-`llm_timeout` seconds (headers to last byte, checked as the body arrives; the client's own default allows
-10 minutes per read, and ~30 minutes per call with its retries) and reads at most
-`runners.llm.capped_transport.MAX_BODY_BYTES`, with `llm_max_retries` retries on timeouts, 408/409/429 and
-5xx; then the stream stops with one line and a rerun resumes it. The key (read from `llm_api_key_env`) is
-redacted from that line and from the memories handed back, and registered with the log filter that
-redacts it from mem0's own log records under a run (`runners.llm.secrets`).
+The endpoint is not trusted, as the openai backend's is not: every attempt of mem0's LLM calls waits at
+most `llm_timeout` seconds for any read and is given up once its answer is not complete `llm_timeout`
+seconds after it was sent (checked as the body arrives: an endpoint that trickles its answer is cut off
+within one more read; the client's own default allows 10 minutes per read, ~30 minutes per call with its
+retries), and reads at most `runners.llm.capped_transport.MAX_BODY_BYTES`, with `llm_max_retries` retries
+on timeouts, 408/409/429 and 5xx; then the stream stops with one line and a rerun resumes it. The key
+(read from `llm_api_key_env`) is redacted from that line and from the memories handed back, and registered
+with the log filter that redacts it from mem0's own log records under a run (`runners.llm.secrets`).
 """
 
 from __future__ import annotations
@@ -114,6 +115,9 @@ def _bounded_client(api_key: str, base_url: str | None, timeout: float, max_retr
         def handle_request(self, request: httpx2.Request) -> httpx2.Response:
             deadline = time.monotonic() + timeout
             response = super().handle_request(request)
+            if time.monotonic() > deadline:  # the headers took the whole wait (a slow connect and read)
+                response.close()
+                raise httpx2.ReadTimeout(f"no complete answer within {timeout:g} s")
             response.stream = Body(response.stream, deadline)
             return response
 
