@@ -6,6 +6,8 @@ and computed again; healthy vectors score as before."""
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -167,6 +169,24 @@ def test_a_trickling_endpoint_is_abandoned_at_retrieval_timeout(stub_server):
     with pytest.raises(EndpointError, match=r"no complete reply within retrieval.timeout=1 s"):
         embed(["red apple"])
     assert time.monotonic() - began < 4.0
+    embed.close()
+
+
+def test_an_embedder_used_before_a_fork_still_embeds_in_the_child(stub_server):
+    stub_server.respond = embeddings_body
+    embed = _embedder(stub_server)
+    embed.probe()  # the client's loop thread runs in this process only
+
+    def child() -> None:
+        os._exit(0 if np.allclose(embed(["red apple"])[0], vector("red apple"), atol=1e-6) else 1)
+
+    process = multiprocessing.get_context("fork").Process(target=child)
+    process.start()
+    process.join(30)
+    if process.exitcode is None:
+        process.kill()
+        process.join()
+    assert process.exitcode == 0
     embed.close()
 
 

@@ -42,10 +42,6 @@ class EndpointError(EmbeddingError):
     """The endpoint cannot embed (one line naming the key and the endpoint)."""
 
 
-class _Retry(Exception):
-    """A transient failure of one attempt (the message says what)."""
-
-
 class EndpointEmbedder:
     def __init__(self, base_url: str, model: str, api_key_env: str, timeout: float, batch_size: int) -> None:
         key = os.environ.get(api_key_env)
@@ -54,23 +50,19 @@ class EndpointEmbedder:
                 f"retrieval.api_key_env: environment variable {api_key_env} is not set "
                 f"(needed for {_public_url(base_url)})"
             )
-        from runners.llm.capped_transport import CappedTransport
-
         self.url = _public_url(base_url)
         self.model = model
         self.batch_size = batch_size
         self.timeout = float(timeout)
         self.dims: int | None = None  # the vectors' length, from the first reply (the probe's)
-        self._client = openai.AsyncOpenAI(
-            base_url=base_url,
-            api_key=key or "none",
-            timeout=timeout,
-            max_retries=0,  # retried here, within the request's deadline
-            default_headers={"Accept-Encoding": "identity"},
-            http_client=openai.DefaultAsyncHttpxClient(transport=CappedTransport(), timeout=timeout),
-        )
+        self._base_url, self._key_env = base_url, api_key_env
+        # The client and its loop's thread, made on first use in each process (a forked child has no
+        # thread of its parent's) and closed when the embedder is, is collected, or at exit.
+        self._client: openai.AsyncOpenAI | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid = 0
         self._finalizer: weakref.finalize | None = None
+        self._closed = False
         self._started = threading.Lock()
 
     def probe(self) -> int:
@@ -96,8 +88,9 @@ class EndpointEmbedder:
 
     def close(self) -> None:
         """Close the HTTP connections and stop the client's event loop."""
+        self._closed = True
         if self._finalizer is not None:
-            self._finalizer()  # once: also when the embedder is collected, or at exit
+            self._finalizer()
 
     @property
     def _where(self) -> str:
@@ -105,15 +98,32 @@ class EndpointEmbedder:
 
     def _run(self, coro: Any) -> Any:
         with self._started:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="embeddings-client", daemon=True).start()
-                self._finalizer = weakref.finalize(self, _shutdown, loop, self._client)
-                self._loop = loop
-            if self._finalizer is not None and not self._finalizer.alive:
+            if self._closed:
                 coro.close()
                 raise EndpointError(f"{self._where}: the embedder is closed")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+            if self._loop is None or self._pid != os.getpid():
+                self._start()
+            loop = self._loop
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    def _start(self) -> None:
+        from runners.llm.capped_transport import CappedTransport
+
+        if self._finalizer is not None:
+            self._finalizer.detach()  # the parent's, in a forked child: nothing of it runs here
+        self._client = openai.AsyncOpenAI(
+            base_url=self._base_url,
+            api_key=os.environ.get(self._key_env) or "none",
+            timeout=self.timeout,
+            max_retries=0,  # retried here, within the request's deadline
+            default_headers={"Accept-Encoding": "identity"},
+            http_client=openai.DefaultAsyncHttpxClient(transport=CappedTransport(), timeout=self.timeout),
+        )
+        loop = asyncio.new_event_loop()
+        threading.Thread(target=loop.run_forever, name="embeddings-client", daemon=True).start()
+        self._pid = os.getpid()
+        self._finalizer = weakref.finalize(self, _shutdown, loop, self._client, self._pid)
+        self._loop = loop
 
     async def _batch(self, texts: list[str]) -> list[list[float]]:
         """The checked vectors of one batch, asked within `timeout` seconds in all."""
@@ -128,6 +138,7 @@ class EndpointEmbedder:
                 break
             try:
                 async with asyncio.timeout(left):
+                    assert self._client is not None
                     raw = await self._client.embeddings.with_raw_response.create(
                         model=self.model, input=texts, encoding_format="float"
                     )
@@ -197,9 +208,9 @@ class EndpointEmbedder:
         return rows
 
 
-def _shutdown(loop: asyncio.AbstractEventLoop, client: openai.AsyncOpenAI) -> None:
+def _shutdown(loop: asyncio.AbstractEventLoop, client: openai.AsyncOpenAI, pid: int) -> None:
     """Close the client's connections on its loop, then stop the loop (its thread then ends)."""
-    if not loop.is_running():
+    if os.getpid() != pid or not loop.is_running():
         return
     try:
         asyncio.run_coroutine_threadsafe(client.close(), loop).result(timeout=5)
