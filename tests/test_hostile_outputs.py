@@ -138,19 +138,19 @@ def test_every_analysis_output_is_written_to_a_temporary_file_and_renamed_into_p
 
 def test_a_kill_while_the_manifest_is_written_leaves_the_previous_one_whole(kept_folder, caplog, monkeypatch):
     """Ctrl-C arrives while the new manifest.json is being written (before it reaches the disk)."""
-    from runners.store import runlog
+    from analysis.data import atomic
 
     paper, own, out = kept_folder
     before = (out / "manifest.json").read_bytes()
     write_run(own, "own", "controlled_drift", "lww", 7)  # a manifest that differs from the last one
-    original_fsync = runlog.os.fsync
+    original_fsync = atomic.os.fsync
 
     def fsync(fd):
         if os.readlink(f"/proc/self/fd/{fd}").split("/")[-1].startswith(".manifest.json."):
             raise KeyboardInterrupt
         return original_fsync(fd)
 
-    monkeypatch.setattr(runlog.os, "fsync", fsync)
+    monkeypatch.setattr(atomic.os, "fsync", fsync)
     assert main(["--runs", str(own), "--out", str(out), "--quiet"]) == 130
     assert (out / "manifest.json").read_bytes() == before
     assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]

@@ -28,6 +28,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from analysis.data.atomic import atomic_write_bytes
 from analysis.data.load import experiment_variants, in_sweep
 from analysis.metrics import (
     NO_MEMORY,
@@ -44,7 +45,6 @@ from analysis.metrics import (
     sorted_methods,
 )
 from analysis.report.timeline import busiest_key, draw_timeline, legend_handles, read_lifecycle, read_phases
-from runners.store.runlog import atomic_write_bytes
 
 #: Lifecycle timelines, one seed of one setting of every experiment where a memory logged lifecycle
 #: events: revocation against the ablation without it where both ran, else every method that logged events.

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.data.atomic import atomic_write_bytes
 from analysis.metrics import (
     NO_MEMORY,
     ORACLE_RESET,
@@ -29,7 +30,6 @@ from analysis.metrics import (
 )
 from analysis.reference import paper, scorecard
 from analysis.stats import EXACT_MAX_PAIRS, MIN_BOOTSTRAP_SEEDS, MIN_SIGN_FLIP_SEEDS, N_RESAMPLES
-from runners.store.runlog import atomic_write_bytes
 
 SUFFIXES = (".md", ".csv", ".tex")
 SCORECARD = "scorecard"

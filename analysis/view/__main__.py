@@ -9,9 +9,9 @@ import stat
 import sys
 from pathlib import Path
 
+from analysis.data.atomic import atomic_write_bytes
 from analysis.data.validate import unwritable
 from analysis.view.page import render
-from runners.store.runlog import atomic_write_bytes
 
 #: The default size limit of the page: one paper experiment (200 streams of 1600 episodes) fits in it.
 DEFAULT_MAX_MB = 20.0

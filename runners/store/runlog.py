@@ -35,7 +35,6 @@ import json
 import logging
 import os
 import stat
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -43,6 +42,7 @@ from typing import IO, Any, TypeVar
 
 from hydra.errors import CompactHydraException
 
+from analysis.data.atomic import atomic_write_bytes
 from analysis.data.logformat import (
     ARCHIVE,
     EPISODES,
@@ -82,23 +82,6 @@ def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
         keys = sorted(set(old) | set(new), key=str)
         return [d for k in keys for d in differences(old.get(k), new.get(k), f"{prefix}{k}.")]
     return [] if old == new else [prefix.rstrip(".") or "(everything)"]
-
-
-def atomic_write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
-    """Write `data` to `path` so that readers see the old file or the new one, never a torn one;
-    `durable` also waits until it is on disk (the partial log, never synced later, need not)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class LogUnwritable(CompactHydraException):

@@ -1,0 +1,25 @@
+"""Whole-file writes: a reader (or a later run after a kill) sees the old file or the new one, never a
+truncated one. The one helper of the run logs (runners.store.runlog) and the analysis' outputs."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def atomic_write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
+    """Write `data` to `path` so that readers see the old file or the new one, never a torn one;
+    `durable` also waits until it is on disk (the partial log, never synced later, need not)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
