@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import _thread
 import asyncio
+import atexit
 import functools
 import logging
 import os
@@ -405,6 +406,7 @@ def _exit_now(exc: RunInterrupted, say: bool = True) -> None:
     (`runners.launch.jobs`)."""
     if say:
         print(exc, file=sys.stderr)
+    atexit._run_exitfuncs()  # os._exit skips them: e.g. mem0's temporary home folder would stay behind
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
