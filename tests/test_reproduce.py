@@ -60,6 +60,19 @@ def test_the_steps_are_the_paper_experiments_through_the_joblib_launcher_and_mak
     assert "python -m runners.launch.reproduce --results-dir results" in recipe
 
 
+def sleeping_children(pid: int) -> list[Path]:
+    """The children of `pid` that run the test's 60-second sleep (Linux /proc; empty elsewhere)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            if parent == pid and b"time.sleep(60)" in (stat.parent / "cmdline").read_bytes():
+                found.append(stat.parent)
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
 def test_sigterm_is_passed_on_to_every_experiment_still_running(tmp_path):
     script = tmp_path / "side_by_side.py"
     script.write_text(
@@ -74,7 +87,9 @@ def test_sigterm_is_passed_on_to_every_experiment_still_running(tmp_path):
         )
     )
     proc = subprocess.Popen([PY, str(script)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    time.sleep(1.5)  # both experiments started
+    deadline = time.monotonic() + 60  # both experiments started (imports take seconds on a loaded machine)
+    while len(sleeping_children(proc.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
     start = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     stdout, _ = proc.communicate(timeout=30)
