@@ -133,6 +133,9 @@ def test_every_analysis_output_is_written_to_a_temporary_file_and_renamed_into_p
     assert _analyse(paper, out, caplog=caplog)[0] == 0
     assert in_place == []
     assert {"manifest.json", "README.md", "scorecard.md", "scorecard.csv", "scorecard.tex"} <= set(replaced)
+    shared = [out / "README.md", out / "manifest.json", out / "tables" / "scorecard.md"]
+    shared += list((out / "figures").glob("*.png"))
+    assert {p.stat().st_mode & 0o777 for p in shared} == {0o644}  # readable by all, as before
     assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
 
 

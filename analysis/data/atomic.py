@@ -7,14 +7,21 @@ import os
 import tempfile
 from pathlib import Path
 
+#: The mode of an output meant to be read and shared (tables, figures, README.md, a page): the temporary
+#: file would otherwise keep mkstemp's owner-only 0600.
+SHARED = 0o644
 
-def atomic_write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
+
+def atomic_write_bytes(path: Path, data: bytes, durable: bool = True, mode: int | None = None) -> None:
     """Write `data` to `path` so that readers see the old file or the new one, never a torn one;
-    `durable` also waits until it is on disk (the partial log, never synced later, need not)."""
+    `durable` also waits until it is on disk (the partial log, never synced later, need not); `mode`
+    (e.g. SHARED) is set before the file takes its name (else it stays owner-only)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
             f.write(data)
             if durable:
                 f.flush()

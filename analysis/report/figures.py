@@ -28,7 +28,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from analysis.data.atomic import atomic_write_bytes
+from analysis.data.atomic import SHARED, atomic_write_bytes
 from analysis.data.load import experiment_variants, in_sweep
 from analysis.metrics import (
     NO_MEMORY,
@@ -193,7 +193,7 @@ def render(figure: Figure) -> bytes:
 
 
 def save_figure(figure: Figure, path: Path) -> None:
-    atomic_write_bytes(path, render(figure), durable=False)
+    atomic_write_bytes(path, render(figure), durable=False, mode=SHARED)
 
 
 def _phase_starts(rows: pd.DataFrame, phases: list[str]) -> list[tuple[str, int]]:
@@ -494,7 +494,7 @@ def write_figures(
     for drawing in drawings:
         if drawing is not None:
             path = directory / drawing.name
-            atomic_write_bytes(path, drawing.png, durable=False)
+            atomic_write_bytes(path, drawing.png, durable=False, mode=SHARED)
             files.append(FigureFile(path, drawing.title, drawing.experiment))
     written = {f.path for f in files}
     for stale in sorted(p for p in directory.glob("*.png") if p not in written):

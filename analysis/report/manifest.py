@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.data.atomic import atomic_write_bytes
+from analysis.data.atomic import SHARED, atomic_write_bytes
 from analysis.data.logformat import read_file
 from analysis.metrics import Analysis
 from analysis.report.figures import FigureFile
@@ -296,7 +296,7 @@ def write_manifest(
         "experiments": dict(sorted(entries.items())),
     }
     path = out / MANIFEST
-    atomic_write_bytes(path, (json.dumps(manifest, indent=1) + "\n").encode())
+    atomic_write_bytes(path, (json.dumps(manifest, indent=1) + "\n").encode(), mode=SHARED)
     return path
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.data.atomic import atomic_write_bytes
+from analysis.data.atomic import SHARED, atomic_write_bytes
 from analysis.data.load import SWEEP_EXPERIMENT, experiment_variants, in_sweep
 from analysis.metrics import experiment_title, method_label, sorted_experiments, sorted_methods, sweep_method
 from analysis.report.deployed import deployed_section
@@ -149,5 +149,5 @@ def write_report(
     root = Path(root)
     path = root / "README.md"
     text = render_report(tables, figures, runs, root, backend_note=backend_note, sections=sections)
-    atomic_write_bytes(path, text.encode())
+    atomic_write_bytes(path, text.encode(), mode=SHARED)
     return path

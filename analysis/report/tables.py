@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.data.atomic import atomic_write_bytes
+from analysis.data.atomic import SHARED, atomic_write_bytes
 from analysis.metrics import (
     NO_MEMORY,
     ORACLE_RESET,
@@ -136,11 +136,14 @@ def publish_table(frame: pd.DataFrame, text: str, out: Path, name: str) -> None:
     """Write a diagnostic table as `out/tables/<name>.csv` and `.md` (`text`), and append `text` to
     `out/README.md` when there is one (a model's generated report gains the section)."""
     (out / "tables").mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out / "tables" / f"{name}.csv", frame.to_csv(index=False).encode(), durable=False)
-    atomic_write_bytes(out / "tables" / f"{name}.md", text.encode(), durable=False)
+    atomic_write_bytes(
+        out / "tables" / f"{name}.csv", frame.to_csv(index=False).encode(), durable=False, mode=SHARED
+    )
+    atomic_write_bytes(out / "tables" / f"{name}.md", text.encode(), durable=False, mode=SHARED)
     readme = out / "README.md"
     if readme.is_file():
-        atomic_write_bytes(readme, (readme.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + text).encode())
+        appended = readme.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + text
+        atomic_write_bytes(readme, appended.encode(), mode=SHARED)
 
 
 _LATEX_ESCAPES = {
@@ -197,7 +200,7 @@ def write_tables(
         base = directory / table.name
         csv = table.data.to_csv(index=False, float_format="%.6g", lineterminator="\n")
         for suffix, text in ((".md", to_markdown(table)), (".tex", to_latex(table)), (".csv", csv)):
-            atomic_write_bytes(base.with_suffix(suffix), text.encode(), durable=False)
+            atomic_write_bytes(base.with_suffix(suffix), text.encode(), durable=False, mode=SHARED)
         written += [base.with_suffix(s) for s in SUFFIXES]
     for stale in sorted(p for p in directory.iterdir() if p.suffix in SUFFIXES and p not in written):
         if removable is None or stale.stem in removable:

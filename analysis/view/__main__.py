@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import stat
 import sys
 from pathlib import Path
 
-from analysis.data.atomic import atomic_write_bytes
+from analysis.data.atomic import SHARED, atomic_write_bytes
 from analysis.data.validate import unwritable
 from analysis.view.page import render
 
@@ -56,8 +55,7 @@ def write(root: Path, out: Path, max_mb: float) -> str:
     html = page.encode("ascii")
     refuse_special(out, "--out")  # again: it may have appeared while the page was rendered
     try:
-        atomic_write_bytes(out, html)
-        os.chmod(out, 0o644)  # a page to open and share, not a private file
+        atomic_write_bytes(out, html, mode=SHARED)  # a page to open and share, not a private file
     except OSError as exc:
         raise ValueError(f"--out {out}: cannot write ({exc.strerror or exc})") from None
     return f"wrote {out}: {shown} stream(s), {skipped} not shown, {len(html) / 1e6:.2f} MB"
