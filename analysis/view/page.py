@@ -194,9 +194,53 @@ def _prepare(stream: Stream) -> _Prepared:
     return _Prepared(light, costs, keys, _timelines(events), tiers, logged, _success(stream), fixed)
 
 
-def _run_row(i: int, item: _Prepared) -> dict[str, Any]:
+def _value(value: Any) -> str:
+    """An override's value as the directory names write it (text as is, others as JSON), shortened."""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 40 else text[:39] + "\u2026"
+
+
+def _differing(streams: list[Stream]) -> list[str]:
+    """For each stream whose configuration is named `cfg-<hash>`, its name with the keys in which it
+    differs from the other configurations of its experiment, env and method (all its keys when it has
+    no other): `cfg-644bd62099a1 (memory.theta_rev=0.3)`."""
+    groups: dict[tuple, dict[str, dict[str, Any]]] = {}
+    for s in streams:
+        group = tuple(str(s.labels[n]) for n in ("experiment", "env", "memory"))
+        groups.setdefault(group, {}).setdefault(s.variant, s.overrides)
+    names = {}
+    for group, configs in groups.items():
+        for variant, overrides in configs.items():
+            if not variant.startswith("cfg-"):
+                continue
+            others = [o for v, o in configs.items() if v != variant]
+            marker = object()
+            keys = [k for k in sorted(overrides)
+                    if not others or any(o.get(k, marker) != overrides[k] for o in others)]  # fmt: skip
+            shown = ", ".join(f"{k}={_value(overrides[k])}" for k in keys)
+            if len(shown) > 200:
+                shown = shown[:199] + "\u2026"
+            names[group, variant] = f"{variant} ({shown})" if shown else variant
+    return [
+        names.get((tuple(str(s.labels[n]) for n in ("experiment", "env", "memory")), s.variant), s.variant)
+        for s in streams
+    ]
+
+
+def _aliases(stream: Stream) -> list[str]:
+    """The addresses (`#run=...`) that name the stream besides its folder under the page's root: its
+    path from the runs folder (experiment/env/memory[/variant]/seed=N), and the same under `runs/`."""
+    labels = stream.labels
+    parts = [str(labels["experiment"]), str(labels["env"]), str(labels["memory"])]
+    full = "/".join([*parts, *([stream.variant] if stream.variant else []), f"seed={labels['seed']}"])
+    return [full, "runs/" + full]
+
+
+def _run_row(i: int, item: _Prepared, config: str) -> dict[str, Any]:
     s = item.stream
     return {"id": i, "run": s.run, **s.labels, "variant": s.variant} | {
+        "config": config,
+        "aliases": _aliases(s),
         "n": len(item.row_costs),
         "shown": len(item.row_costs),
         "success": item.success,
@@ -226,6 +270,7 @@ def render(root: str | Path, title: str, max_bytes: int) -> tuple[str, int, int]
             prepared.append(_prepare(stream))
     prepared.sort(key=lambda item: order(item.stream))
     skipped.sort(key=lambda s: s.run)
+    configs = _differing([item.stream for item in prepared])
     index = {
         "title": title,
         "phases": list(dict.fromkeys(name for item in prepared for name, _ in item.stream.phases)),
@@ -233,7 +278,9 @@ def render(root: str | Path, title: str, max_bytes: int) -> tuple[str, int, int]
         "boundary": sample.BOUNDARY,
         "max_bytes": max_bytes,
         "skipped": [{"run": s.run, "reason": s.reason} for s in skipped],
-        "runs": [_run_row(i, item) for i, item in enumerate(prepared)],
+        "runs": [
+            _run_row(i, item, config) for i, (item, config) in enumerate(zip(prepared, configs, strict=True))
+        ],
     }
     overhead = len(template) + len(encode(index)) + sum(item.fixed for item in prepared)
     if overhead > max_bytes:

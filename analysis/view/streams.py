@@ -8,15 +8,19 @@ reason, so that a tampered or half-written stream never looks valid.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import os
+import stat
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.data import logformat
-from analysis.data.load import LABELS, _labels, find_runs, read_episodes
+from analysis.data.load import LABELS, _labels, read_episodes
 from analysis.report.timeline import read_lifecycle, read_phases
 from analysis.view.samples import SAMPLE_COLUMNS
 
@@ -41,6 +45,7 @@ class Stream:
     events: pd.DataFrame
     phases: list[tuple[str, int]]
     end: int
+    overrides: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -55,14 +60,72 @@ def _name(root: Path, run_dir: Path) -> str:
     return run_dir.relative_to(root).as_posix() if run_dir != root else run_dir.name
 
 
+def _meta(run_dir: Path) -> dict[str, Any]:
+    """The stream's meta.json, or a ValueError naming it. It is opened only if it is a regular file (a
+    FIFO would block the reader until some writer came)."""
+    path = run_dir / logformat.META
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise ValueError(f"{path}: unreadable ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"{path}: not a regular file")
+    return logformat.load_meta(run_dir)
+
+
+#: The widest value of a lifecycle event's `t` and `id` (they are int64 columns).
+_INT64 = range(-(2**63), 2**63)
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def check_archive(run_dir: Path) -> None:
+    """A ValueError naming archive.jsonl and its line when a line is not a JSON object whose `t` and
+    `id` are integers (int64) and `state` a text, as the lifecycle reader needs them (a log with valid
+    checksums is still untrusted)."""
+    path = run_dir / logformat.ARCHIVE
+    try:
+        data = logformat.read_file(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ValueError(f"{path}: unreadable ({exc.strerror or exc})") from None
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line, parse_constant=_refuse_constant)
+        except RecursionError:
+            raise ValueError(f"{path}: line {number}: nested too deeply") from None
+        except ValueError as exc:
+            raise ValueError(f"{path}: line {number}: not JSON ({str(exc).splitlines()[0]})") from None
+        if not isinstance(event, dict):
+            raise ValueError(f"{path}: line {number}: not a JSON object")
+        for name in ("t", "id"):
+            value = event.get(name)
+            if value is not None and not (
+                isinstance(value, int) and not isinstance(value, bool) and value in _INT64
+            ):
+                shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+                raise ValueError(f"{path}: line {number}: {name} is {shown}, not an integer (int64)")
+        if event.get("state") is not None and not isinstance(event.get("state"), str):
+            raise ValueError(f"{path}: line {number}: state is not a text")
+
+
 def read_stream(root: Path, run_dir: Path) -> Stream | Skipped:
     """One stream directory (under `root`) read and checked, or why it cannot be shown."""
     name = _name(root, run_dir)
-    meta = logformat.read_meta(run_dir) or {}
+    try:
+        meta = _meta(run_dir)
+    except ValueError as exc:
+        return Skipped(name, str(exc))
     problem = logformat.verify(run_dir, meta)  # as the analysis: no checksums, no trust
     if problem is not None:
         return Skipped(name, problem)
     try:
+        check_archive(run_dir)
         checked, _ = read_episodes(run_dir)
         if checked.num_rows == 0:
             return Skipped(name, "no episodes")
@@ -73,16 +136,19 @@ def read_stream(root: Path, run_dir: Path) -> Stream | Skipped:
         episodes = pq.read_table(path, columns=columns).sort_by("t").to_pydict()
         events = read_lifecycle(run_dir)
         phases, end = read_phases(run_dir)
-    except (ValueError, OSError, pa.ArrowException) as exc:  # a JSON error is a ValueError
+    except (ValueError, OSError, TypeError, OverflowError, RecursionError, pa.ArrowException) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else repr(exc)
         return Skipped(name, reason)
     variant = str(meta.get("variant") or "")
-    return Stream(name, run_dir, labels, variant, episodes, events, phases, end)
+    overrides = meta.get("overrides")
+    overrides = {str(k): v for k, v in overrides.items()} if isinstance(overrides, dict) else {}
+    return Stream(name, run_dir, labels, variant, episodes, events, phases, end, overrides)
 
 
 def find_streams(root: str | Path) -> tuple[list[Path], list[Skipped]]:
     """The complete stream directories under `root` (or `root` itself when it is one), sorted, and the
-    incomplete ones as skipped. A ValueError when `root` holds no stream at all."""
+    others as skipped: incomplete, or with a meta.json that cannot be read (not a regular file, not a
+    JSON object, nested too deeply), each with its reason. A ValueError when `root` holds no stream."""
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"{root}: not a directory")
@@ -91,10 +157,19 @@ def find_streams(root: str | Path) -> tuple[list[Path], list[Skipped]]:
     )
     if not found:
         raise ValueError(f"{root}: no stream logs under it (no {logformat.META})")
-    complete = set(find_runs(root))
     incomplete = "incomplete (meta.json does not mark it complete)"
-    skipped = [Skipped(_name(root, d), incomplete) for d in found if d not in complete]
-    return [d for d in found if d in complete], skipped
+    complete, skipped = [], []
+    for run_dir in found:
+        try:
+            meta = _meta(run_dir)
+        except ValueError as exc:
+            skipped.append(Skipped(_name(root, run_dir), str(exc)))
+            continue
+        if meta.get("complete") is True:
+            complete.append(run_dir)
+        else:
+            skipped.append(Skipped(_name(root, run_dir), incomplete))
+    return complete, skipped
 
 
 def order(stream: Stream) -> tuple:
