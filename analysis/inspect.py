@@ -29,8 +29,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from matplotlib.figure import Figure
 
+from analysis.data.atomic import refuse_special
+from analysis.data.load import read_events
 from analysis.data.logformat import ARCHIVE, EPISODES, read_meta, verify
-from analysis.data.validate import unwritable
+from analysis.data.validate import check_episodes, unwritable
 from analysis.report.figures import save_figure
 from analysis.report.timeline import busiest_key, draw_timeline, legend_handles, read_lifecycle, read_phases
 
@@ -78,10 +80,14 @@ def read_stream(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     if problem:
         raise InspectError(f"{problem}; rerun the experiment to redo the stream")
     try:
-        records = pq.read_table(run_dir / EPISODES).to_pylist()
+        table = pq.read_table(run_dir / EPISODES)
     except (OSError, pa.ArrowException) as exc:
         raise InspectError(f"{run_dir / EPISODES}: unreadable ({exc})") from None
-    return meta, records
+    try:
+        check_episodes(table, run_dir / EPISODES)  # as the analysis does: types, steps in range
+    except ValueError as exc:
+        raise InspectError(str(exc)) from None
+    return meta, table.to_pylist()
 
 
 def record_at(records: list[dict[str, Any]], t: int, run_dir: Path) -> dict[str, Any]:
@@ -249,6 +255,10 @@ def timeline(
     if key is None:
         raise InspectError(f"{run_dir}: no lifecycle events in {ARCHIVE} (this method logs none)")
     out = out if out is not None else run_dir / f"timeline_key={_FILE_CHARS.sub('_', key)[:60]}.png"
+    try:
+        refuse_special(out, "--out")
+    except ValueError as error:
+        raise InspectError(str(error)) from None
     problem = unwritable(out.parent)
     if problem:
         raise InspectError(f"--out {out}: {problem}")
@@ -273,6 +283,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         meta, records = read_stream(args.run_dir)
+        try:
+            read_events(args.run_dir)  # as the analysis checks it: JSON objects, `t` and `id` in range
+        except ValueError as exc:
+            raise InspectError(str(exc)) from None
         try:
             events = read_lifecycle(args.run_dir)
         except ValueError as exc:

@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from analysis import memory_quality
 from analysis.data import logformat
-from analysis.data.validate import check_episodes
+from analysis.data.validate import check_episodes, check_range
 from analysis.record import COUNTERS, QUALITY, STATE_COUNTS
 from analysis.record import LABELS as RUN_LABELS
 
@@ -44,10 +44,11 @@ log = logging.getLogger(__name__)
 #: What identifies a run: its labels and seed.
 LABELS = (*RUN_LABELS, "seed")
 REQUIRED_COLUMNS = (*LABELS, "t", "phase", "success")
-#: The archive fields the analysis uses (lifecycle counts): only these are decoded, the rest (reasons,
-#: keys, values of any JSON type) are skipped by Arrow's parser, which keeps loading a full
-#: reproduction's millions of events fast.
-EVENT_SCHEMA = pa.schema([("event", pa.string())])
+#: The archive fields the analysis uses (lifecycle counts) or checks (`t`, `id`: integers in range, as
+#: the inspector and the viewer read them): only these are decoded, the rest (reasons, keys, values of
+#: any JSON type) are skipped by Arrow's parser, which keeps loading a full reproduction's millions of
+#: events fast.
+EVENT_SCHEMA = pa.schema([("event", pa.string()), ("t", pa.int64()), ("id", pa.int64())])
 _EVENT_PARSING = pj.ParseOptions(explicit_schema=EVENT_SCHEMA, unexpected_field_behavior="ignore")
 #: The episode columns the analysis uses (see `analysis.record`); the others (task keys, actions, raw
 #: replies) are not read, which keeps loading a full reproduction fast. Counters a run lacks read as 0.
@@ -145,11 +146,18 @@ def read_episodes(run_dir: Path) -> tuple[pa.Table, str]:
 
 def read_events(run_dir: Path) -> pa.Table:
     """The EVENT_SCHEMA fields of one run's archive.jsonl, one row per lifecycle event (no rows when
-    there is none)."""
+    there is none). A line that is not a JSON object, a field of another type (`t` a text or 1e300,
+    `id` beyond int64) or a step or id out of range (`check_range`) is a ValueError naming the file."""
     path = run_dir / "archive.jsonl"
     if not path.is_file() or path.stat().st_size == 0:  # Arrow refuses an empty file
         return EVENT_SCHEMA.empty_table()
-    return pj.read_json(path, parse_options=_EVENT_PARSING)
+    try:
+        table = pj.read_json(path, parse_options=_EVENT_PARSING)
+    except pa.ArrowException as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else repr(exc)
+        raise ValueError(f"{path}: unreadable ({reason}); rerun its experiment to redo it") from None
+    check_range(table, path, ("t", "id"))
+    return table
 
 
 def count_events(run_dir: Path) -> dict[str, int]:

@@ -27,11 +27,31 @@ _CHECKS = {
 }
 # The columns the analysis relies on, checked against their types in the episode record.
 _COLUMN_TYPES = {name: _CHECKS[TYPES[name]] for name in (*LABELS, "phase", "seed", "t", "success")}
+#: A step (an episode's or an event's `t`) is in [0, MAX_STEP): exact as a float, as the tables, windows
+#: and figures use it. A log holding another is damage, as the runner's `record_problem` treats a
+#: replayed number out of range.
+MAX_STEP = 2**53
+#: An event's `id` (a precedent's number) is in [0, 2**63 - 1], what the archive's int64 reading holds.
+_RANGES = {"t": MAX_STEP - 1, "id": 2**63 - 1}
+
+
+def check_range(table: pa.Table, path: Path, names: Collection[str] = ("t",)) -> None:
+    """Each of the integer columns `names` that `table` holds is in its range (`_RANGES`): nulls aside,
+    no value below 0 or above the column's bound."""
+    for name in names:
+        if name not in table.column_names or table.num_rows == table[name].null_count:
+            continue
+        low, high = pc.min_max(table[name]).values()
+        if low.as_py() < 0 or high.as_py() > _RANGES[name]:
+            bad = low.as_py() if low.as_py() < 0 else high.as_py()
+            raise ValueError(
+                f"{path}: {name} {bad} is out of range (expected an integer in [0, {_RANGES[name]}])"
+            )
 
 
 def check_episodes(table: pa.Table, path: Path) -> None:
     """A run's episode table: the required columns have their types and no nulls, and `t` (the step)
-    is unique, one row per step."""
+    is in [0, MAX_STEP) and unique, one row per step."""
     for name, (is_type, expected) in _COLUMN_TYPES.items():
         if name not in table.column_names:
             continue  # missing columns are the loader's message
@@ -40,6 +60,7 @@ def check_episodes(table: pa.Table, path: Path) -> None:
             raise ValueError(f"{path}: column {name} must hold {expected}, found {column.type}")
         if column.null_count:
             raise ValueError(f"{path}: column {name} has {column.null_count} null value(s)")
+    check_range(table, path)
     if "t" in table.column_names and pc.count_distinct(table["t"]).as_py() != table.num_rows:
         repeated = table.num_rows - pc.count_distinct(table["t"]).as_py()
         raise ValueError(f"{path}: column t repeats {repeated} step(s); a run has one row per step")

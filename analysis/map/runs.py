@@ -14,6 +14,7 @@ The choices read only runs on the tuning seeds: a run on an evaluation seed neve
 from __future__ import annotations
 
 import json
+import math
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -34,12 +35,67 @@ RULES = ("posterior", "recent")
 
 
 def read_map(path: str | Path) -> dict[str, Any]:
-    """map.json, or a ValueError naming it."""
+    """map.json, or a ValueError naming it: unreadable, not JSON, nested too deep to parse, or not the
+    map the driver writes (`map_problem`)."""
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        spec = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ValueError(f"{path}: cannot read the map (JSON nested too deep)") from None
     except (OSError, ValueError) as exc:
         raise ValueError(f"{path}: cannot read the map ({str(exc).splitlines()[0]})") from None
+    problem = map_problem(spec)
+    if problem is not None:
+        raise ValueError(f"{path}: not a map as `python -m runners.map` writes it ({problem})")
+    return spec
+
+
+def _number(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def _ints(value: Any) -> bool:
+    return isinstance(value, list) and all(type(v) is int for v in value)
+
+
+def map_problem(spec: Any) -> str | None:
+    """What in a parsed map.json is not as the driver writes it (`runners.map.MapSpec.to_json`), or None:
+    the fields the analysis reads, with their types."""
+    if not isinstance(spec, dict):
+        return f"a JSON {type(spec).__name__}, expected an object"
+    for name in ("name", "experiment"):
+        if not isinstance(spec.get(name), str):
+            return f"{name!r} must be a text"
+    axes = spec.get("axes")
+    if not isinstance(axes, dict) or not axes:
+        return "'axes' must be an object of env keys to lists of numbers"
+    for key, values in axes.items():
+        if not key.startswith("env.") or not isinstance(values, list) or not values:
+            return f"axis {key!r} must be an env key with a non-empty list of numbers"
+        if not all(_number(v) for v in values):
+            return f"axis {key!r} holds a value that is not a finite number"
+    methods = spec.get("methods")
+    if not isinstance(methods, list) or not methods or not all(isinstance(m, str) for m in methods):
+        return "'methods' must be a non-empty list of texts"
+    for name in ("eval_seeds", "tuning_seeds"):
+        if not _ints(spec.get(name)):
+            return f"{name!r} must be a list of integers"
+    if not isinstance(spec.get("env"), dict):
+        return "'env' must be an object"
+    defaults = spec.get("memory_defaults")
+    if not isinstance(defaults, dict) or not all(isinstance(defaults.get(m), dict) for m in methods):
+        return "'memory_defaults' must hold an object for every method"
+    tune = spec.get("tune")
+    if not isinstance(tune, dict):
+        return "'tune' must be an object of methods to tuning grids"
+    for method, grid in tune.items():
+        if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
+            return f"the tuning grid of {method!r} must be an object of parameters to non-empty lists"
+    if spec.get("max_episodes") is not None and type(spec["max_episodes"]) is not int:
+        return "'max_episodes' must be an integer or null"
+    if spec.get("evidence_budget") is not None and not _number(spec["evidence_budget"]):
+        return "'evidence_budget' must be a number or null"
+    return None
 
 
 def params_key(params: dict[str, Any]) -> str:

@@ -227,7 +227,8 @@ class StreamLog:
 
         A torn last line (a writer killed mid-line) is dropped silently. Any other damage (a line that
         is not JSON or nested too deep to parse, longer than MAX_LINE_BYTES, holding a value no episode
-        can have (`record_problem`), or that `problem` rejects) ends the prefix: the log is kept beside
+        can have (`record_problem`), a reply longer than the config's `llm.max_reply_chars`, or that
+        `problem` rejects) ends the prefix: the log is kept beside
         as `...damaged-<time>` and the episodes after the prefix are asked again. A log of another
         identity, one whose first line is unreadable, and a path that is not a plain file are kept
         beside as well and nothing is replayed. Each of these says so in one logged line."""
@@ -257,7 +258,8 @@ class StreamLog:
                 rec = parse_line(line) if len(line) <= MAX_LINE_BYTES else None
                 why = (
                     f"longer than {MAX_LINE_BYTES} bytes" if len(line) > MAX_LINE_BYTES
-                    else "not a JSON object" if rec is None else record_problem(rec) or problem(rec)
+                    else "not a JSON object" if rec is None
+                    else record_problem(rec) or problem(rec) or self._reply_problem(rec)
                 )  # fmt: skip
                 if why is not None:
                     n = len(records)
@@ -265,6 +267,24 @@ class StreamLog:
                     self.set_aside_partial("damaged", what)
                     return records
                 records.append(rec)
+
+    def _reply_problem(self, rec: Mapping[str, Any]) -> str | None:
+        """Why a logged reply is longer than any the run kept (its identity's `llm.max_reply_chars`:
+        longer replies are cut before logging), or None; the others are checked as they replay."""
+        llm = self.identity.get("llm")
+        limit = llm.get("max_reply_chars") if isinstance(llm, dict) else None
+        if type(limit) is not int:
+            return None
+        texts: list[Any] = [rec.get("reply")]
+        try:
+            hops = json.loads(rec.get("hop_replies") or "[]")
+        except (TypeError, ValueError, RecursionError):
+            hops = []
+        texts += hops if isinstance(hops, list) else []
+        longest = max((len(x) for x in texts if isinstance(x, str)), default=0)
+        if longest > limit:
+            return f"a reply of {longest} characters, over the config's max_reply_chars {limit}"
+        return None
 
     @_one_line
     def set_aside_partial(self, reason: str, what: str) -> None:
