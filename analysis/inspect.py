@@ -289,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
             raise InspectError(str(exc)) from None
         try:
             events = read_lifecycle(args.run_dir)
+        except RecursionError:
+            raise InspectError(f"{args.run_dir / ARCHIVE}: unreadable (JSON nested too deep)") from None
         except ValueError as exc:
             raise InspectError(f"{args.run_dir / ARCHIVE}: unreadable ({exc})") from None
         key = args.key

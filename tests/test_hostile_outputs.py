@@ -316,3 +316,16 @@ def test_ctrl_c_during_the_analysis_is_one_line_and_exit_130(tmp_path, capsys, m
     assert main(["--runs", str(tmp_path / "own"), "--out", str(tmp_path / "out"), "--quiet"]) == 130
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("analysis: interrupted") and "Traceback" not in err
+
+
+def test_inspect_timeline_out_naming_a_fifo_is_one_line_and_the_fifo_stays(tmp_path, capsys):
+    from analysis.inspect import main as inspect_main
+    from tests.test_inspect import run_recorded
+
+    run_dir, _ = run_recorded(tmp_path, "controlled_drift", "tepa_rev")
+    fifo = tmp_path / "t.png"
+    os.mkfifo(fifo)
+    assert inspect_main([str(run_dir), "--timeline", "--out", str(fifo)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--out {fifo}: exists and is not a regular file" in err
+    assert fifo.is_fifo()

@@ -4,6 +4,7 @@ truncated one. The one helper of the run logs (runners.store.runlog) and the ana
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -30,3 +31,17 @@ def atomic_write_bytes(path: Path, data: bytes, durable: bool = True, mode: int 
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def refuse_special(path: Path, option: str) -> None:
+    """A ValueError when `path` exists and is not a regular file (a folder, a device, a FIFO): a
+    named output replaces only a file."""
+    try:
+        mode = path.stat().st_mode  # a link to a file is fine: the link is replaced, not its target
+    except (FileNotFoundError, NotADirectoryError):
+        return  # a new path (an unusable folder above it is for the caller's check of the folder)
+    except OSError as exc:
+        raise ValueError(f"{option} {path}: cannot be examined ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file (a device, a FIFO, a socket)"
+        raise ValueError(f"{option} {path}: exists and is {kind}; name a file (it is replaced) or a new path")

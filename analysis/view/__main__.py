@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import stat
 import sys
 from pathlib import Path
 
-from analysis.data.atomic import SHARED, atomic_write_bytes
+from analysis.data.atomic import SHARED, atomic_write_bytes, refuse_special
 from analysis.data.validate import unwritable
 from analysis.view.page import render
 
@@ -27,20 +26,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"size limit of the file in MB (default {DEFAULT_MAX_MB:g}); long streams are sampled to fit",
     )
     return parser.parse_args(argv)
-
-
-def refuse_special(path: Path, option: str) -> None:
-    """A ValueError when `path` exists and is not a regular file (a folder, a device, a FIFO): a
-    named output replaces only a file."""
-    try:
-        mode = path.stat().st_mode  # a link to a file is fine: the link is replaced, not its target
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise ValueError(f"{option} {path}: cannot be examined ({exc.strerror or exc})") from None
-    if not stat.S_ISREG(mode):
-        kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file (a device, a FIFO, a socket)"
-        raise ValueError(f"{option} {path}: exists and is {kind}; name a file (it is replaced) or a new path")
 
 
 def write(root: Path, out: Path, max_mb: float) -> str:

@@ -4,7 +4,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from analysis.view.__main__ import refuse_special
+from analysis.data.atomic import refuse_special
 from runners.bench.suite import main
 
 
