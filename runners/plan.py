@@ -262,6 +262,7 @@ def main(argv: Sequence[str], conf_dir: str) -> int:
     from hydra.errors import HydraException
 
     from runners.compose import _one_line, compose_config
+    from runners.launch import slurm_script
 
     multirun = any(arg in _MULTIRUN for arg in argv)
     overrides, search = _split(argv)
@@ -275,6 +276,7 @@ def main(argv: Sequence[str], conf_dir: str) -> int:
                 spec = validate(cfg, cfg.hydra.runtime.choices)
                 plans.append(plan(spec))
                 print(plans[-1].describe(point_name(spec, job, swept)), flush=True)
+            script = slurm_script.for_plan(cfg, jobs, _PLAN_ON) if multirun else ""  # submitit_slurm's
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -284,6 +286,8 @@ def main(argv: Sequence[str], conf_dir: str) -> int:
     if multirun:
         print(total(plans), flush=True)
     print(NOTE, flush=True)
+    if script:
+        print(script, flush=True)
     return 0
 
 

@@ -5,7 +5,8 @@ validation sees them, and it reports a YAML syntax error or an unwritable output
 So `python -m runners.run` first refuses, with one line naming the override or the file and line:
 a credential-like value or a secret-named key on the command line, a `name` (or any name of a sweep
 over names, `choice(...)` included) that is not a plain directory name, a `results_dir` (or its
-`hydra` folder) that cannot be written, and a config file that is not valid YAML.
+`hydra` folder) that cannot be written, a config file that is not valid YAML, and a SLURM multirun on a
+machine without SLURM (`runners.launch.slurm_script`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from hydra.errors import HydraException
 
 from analysis.data.validate import unwritable
 from runners.config import ConfigError, RunConfig, check_dir_name, check_results_dir, secret_problem
+from runners.launch.slurm_script import check_slurm_available
 
 _DIR_OPTIONS = ("--config-dir", "-cd", "--config-path", "-cp")
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: about 10x faster
@@ -30,6 +32,8 @@ def check_command_line(argv: Sequence[str], conf_dir: Path, *, writes: bool = Tr
     """Raise ConfigError for the first override (or config file) that must not reach Hydra; the
     config folders are `conf_dir` and any given with --config-dir or --config-path. `writes=False` (a
     plan) leaves `results_dir` alone: checking it creates it."""
+    if writes:  # before `results_dir` is created; a plan prints the script instead of submitting it
+        check_slurm_available(argv)
     dirs = [conf_dir]
     results_dir = RunConfig.results_dir
     for i, arg in enumerate(argv):
