@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from analysis.__main__ import main as analyse
@@ -22,6 +24,8 @@ from runners.store.runlog import StreamLog
 from tests.helpers.runner import run_overrides
 from tests.test_analysis_outputs import reseal, write_run
 from tests.test_map_report import SPEC
+
+DEEP = "[" * 100_000 + "]" * 100_000
 
 # ----------------------------------------------------------------------------- a resumed long reply
 
@@ -156,6 +160,11 @@ def test_the_inspector_refuses_an_archive_line_out_of_range_in_one_line(stream, 
     assert path in _inspector_error(capsys, stream)
 
 
+def test_the_inspector_refuses_an_archive_field_nested_100k_deep_in_one_line(stream, capsys):
+    path = _damage_archive(stream, '{"t": 3, "event": "promoted", "id": 1, "value": ' + DEEP + "}")
+    assert path in _inspector_error(capsys, stream)
+
+
 def test_the_inspector_refuses_an_episode_step_of_2_62_in_one_line(stream, capsys):
     path = _damage_step(stream)
     assert path in _inspector_error(capsys, stream)
@@ -176,7 +185,7 @@ BAD_MAPS = {
     "a method without defaults": json.dumps({**SPEC, "methods": [*SPEC["methods"], "mem0"]}),
     "a tuning grid of a number": json.dumps({**SPEC, "tune": {"reactive": 3}}),
     "seeds of texts": json.dumps({**SPEC, "eval_seeds": ["0"]}),
-    "100k-deep nesting": "[" * 100_000 + "]" * 100_000,
+    "100k-deep nesting": DEEP,
 }
 
 
@@ -194,3 +203,12 @@ def test_the_map_the_driver_writes_reads(tmp_path):
 
     (tmp_path / "map.json").write_text(json.dumps({**SPEC, "max_episodes": None, "evidence_budget": 4}))
     assert read_map(tmp_path / "map.json")["axes"] == SPEC["axes"]
+
+
+def test_the_maps_revocation_count_refuses_a_line_nested_100k_deep_naming_the_archive(tmp_path):
+    from analysis.map.runs import _revocations
+
+    (tmp_path / ARCHIVE).write_text('["revoked"]\n{"event": "revoked", "x": ' + DEEP + "}\n")
+    table = pa.table({"t": [0], "correct": ["a"]})
+    with pytest.raises(ValueError, match=re.escape(str(tmp_path / ARCHIVE))):
+        _revocations(tmp_path, table)

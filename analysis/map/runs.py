@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from analysis.data import logformat
-from analysis.data.load import find_runs
+from analysis.data.load import find_runs, read_events
 
 #: Keys of a logged memory config that are not the method's parameters.
 _NOT_PARAMS = frozenset({"_target_", "display", "label"})
@@ -259,6 +259,7 @@ def _summary(run_dir: Path, spec: dict[str, Any], cells: list[dict[str, float]])
     problem = logformat.verify(run_dir, meta) if "files" in meta else None
     if problem is not None:
         raise ValueError(f"{problem}; rerun the map to redo it")
+    read_events(run_dir)  # its archive as the analysis checks it: JSON objects, `t` and `id` in range
     columns = ["t", "key", "correct", "phase", "success", "prompt_tokens", "revocations"]
     table = pq.read_table(run_dir / "episodes.parquet", columns=columns)
     success = table["success"].cast("int64")
@@ -294,8 +295,11 @@ def _revocations(run_dir: Path, table: pa.Table) -> dict[str, int]:
         for line in lines:
             if '"revoked"' not in line:
                 continue
-            event = json.loads(line)
-            if event.get("event") != "revoked":
+            try:
+                event = json.loads(line)
+            except (ValueError, RecursionError):
+                raise ValueError(f"{path}: unreadable (a line is not JSON or nested too deep)") from None
+            if not isinstance(event, dict) or event.get("event") != "revoked":
                 continue
             rule = str(event.get("reason", "")).split(":", 1)[0]
             if rule not in RULES:
