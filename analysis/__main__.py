@@ -15,6 +15,7 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
+from analysis.data.atomic import refuse_special
 from analysis.data.load import load_runs
 from analysis.data.validate import check_options, check_reference
 from analysis.metrics import DEFAULT_TOLERANCE, DEFAULT_WINDOW, INTERVALS, analyse
@@ -149,6 +150,7 @@ def report(args: argparse.Namespace, drawing: Executor) -> int:
     options |= {"intervals": args.intervals}
     try:  # every input is checked before anything is written (analysis.data.validate)
         check_options(args.window, args.tolerance, args.out)
+        check_outputs(args.out)
         note = read_note(args.backend_note) if args.backend_note else SIMULATED_BACKEND_NOTE
         logs = load_runs(args.runs, progress=not args.quiet)
         check_reference(args.reference, set(logs.runs["memory"]))
@@ -206,6 +208,16 @@ def report(args: argparse.Namespace, drawing: Executor) -> int:
     manifest.write_manifest(args.out, analysis, logs.runs, rows, tables, extras, figures, kept, options)
     log.info("wrote %s in %.1f s", readme, time.perf_counter() - started)
     return 0
+
+
+def check_outputs(out: Path) -> None:
+    """What the analysis writes in `out` must be folders and regular files where they exist: a
+    ValueError names one that is not (a README.md that is a folder, a tables/ that is a FIFO)."""
+    for name in ("tables", "figures"):
+        if (out / name).exists() and not (out / name).is_dir():
+            raise ValueError(f"--out {out}: {out / name} exists and is not a folder")
+    for name in ("README.md", manifest.MANIFEST):
+        refuse_special(out / name, "--out")
 
 
 def read_note(path: Path) -> str:

@@ -329,3 +329,27 @@ def test_inspect_timeline_out_naming_a_fifo_is_one_line_and_the_fifo_stays(tmp_p
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--out {fifo}: exists and is not a regular file" in err
     assert fifo.is_fifo()
+
+
+@pytest.mark.parametrize("name", ["README.md", "manifest.json", "tables"])
+def test_an_output_inside_out_of_the_wrong_kind_is_one_line_and_nothing_is_written(tmp_path, caplog, name):
+    _own_runs(tmp_path / "own")
+    out = tmp_path / "out"
+    out.mkdir()
+    if name == "tables":
+        os.mkfifo(out / name)
+    else:
+        (out / name).mkdir()
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="analysis"):
+        assert main(["--runs", str(tmp_path / "own"), "--out", str(out), "--quiet"]) == 2
+    (error,) = [r.getMessage() for r in caplog.records if r.name == "analysis"]
+    assert error.startswith(f"analysis: --out {out}") and str(out / name) in error
+    assert sorted(p.name for p in out.iterdir()) == [name]
+
+
+def test_a_manifest_listing_files_that_are_not_names_is_not_a_traceback(kept_folder, caplog):
+    paper, own, out = kept_folder
+    _edit_manifest(out, lambda data: data.update(tables=[["x"], {"y": 1}, 3], figures={"a": 1}))
+    assert _analyse(own, out, caplog=caplog)[0] == 0
+    assert _analyse(own, out, "--replace", caplog=caplog)[0] == 0

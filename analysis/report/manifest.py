@@ -185,10 +185,15 @@ def keep(out: Path, runs: pd.DataFrame, options: dict, *, replace: bool) -> Kept
             f"--out {out} holds results of {', '.join(kept)} computed with other options "
             f"({_options(manifest.get('options'))}); rerun with those, or --replace to drop them"
         )
-    figures = set(manifest.get("figures", [])) - {
+    figures = set(_names(manifest.get("figures"))) - {
         f["name"] for e in kept.values() for f in e.get("figures", [])
     }
-    return Kept(kept, frozenset(manifest.get("tables", [])), frozenset(figures))
+    return Kept(kept, frozenset(_names(manifest.get("tables"))), frozenset(figures))
+
+
+def _names(listed: object) -> list[str]:
+    """The file names a manifest lists (anything else in the list is ignored)."""
+    return [n for n in listed if isinstance(n, str)] if isinstance(listed, list) else []
 
 
 def _replacing(out: Path, present: dict[str, set]) -> Kept:
@@ -205,8 +210,8 @@ def _replacing(out: Path, present: dict[str, set]) -> Kept:
     listed = [e for e in raw.get("experiments", {}) if e not in present]
     return Kept(
         {},
-        frozenset(n for n in manifest.get("tables", []) if isinstance(n, str)),
-        frozenset(n for n in manifest.get("figures", []) if isinstance(n, str)),
+        frozenset(_names(manifest.get("tables"))),
+        frozenset(_names(manifest.get("figures"))),
         tuple(sorted(str(e) for e in listed)),
     )
 
