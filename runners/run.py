@@ -44,10 +44,10 @@ from runners.agent.loop import ReplayMismatch, replay_problem, run_stream
 from runners.compose import CONF_DIR, PROJECT_ROOT
 from runners.config import ConfigError, RunSpec, validate
 from runners.launch import jobs, slots
+from runners.launch.preflight import check_command_line
 from runners.launch.progress import job_label
 from runners.llm.backend import BackendExhausted, total_stats
 from runners.llm.secrets import scrub_logs
-from runners.preflight import check_command_line
 from runners.store.identity import Variant, stream_identity, variant_of
 from runners.store.runlog import StreamLog, differences
 

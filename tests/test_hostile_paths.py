@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+from analysis.data import atomic
 from analysis.data.logformat import EPISODES
 from runners.store import runlog
 from runners.store.runlog import LogUnwritable
@@ -116,7 +117,7 @@ def test_a_final_write_that_fails_is_one_line_and_the_rerun_finishes(tmp_path, m
 
 
 def test_a_read_only_stream_folder_is_one_line(tmp_path, monkeypatch):
-    monkeypatch.setattr(runlog.tempfile, "mkstemp", _failing(errno.EROFS))
+    monkeypatch.setattr(atomic.tempfile, "mkstemp", _failing(errno.EROFS))
     with pytest.raises(
         LogUnwritable, match=r"seed=0: cannot write the stream's logs \(Read-only file system\)"
     ):
