@@ -78,6 +78,10 @@ class LocalEmbedder:
 
     def __init__(self, batch_size: int = 64, threads: int = 1) -> None:
         fingerprint()
+        # ONNX Runtime's telemetry writes a device id and an event database under the home folder
+        # (~/.cache/Microsoft/DeveloperTools/.onnxruntime/) when the library loads, unless this is set
+        # before the import; a run writes only into its results folder and the configured caches.
+        os.environ["ORT_DISABLE_TELEMETRY"] = "1"
         import onnxruntime
         from tokenizers import Tokenizer
 
