@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from analysis.data.atomic import SHARED, atomic_write_bytes
 from analysis.data.logformat import META, read_meta, verify
 from runners.bench import agent as bench_agent
 from runners.bench import memory as bench_memory
@@ -130,12 +131,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out = args.out or Path("results/bench.json")
     markdown = args.markdown or args.out.with_name("bench.md")
     report = run(args, log=lambda msg: print(msg, file=sys.stderr, flush=True))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    markdown.parent.mkdir(parents=True, exist_ok=True)
-    markdown.write_text(render_markdown(report), encoding="utf-8")
+    _write(args.out, json.dumps(report, indent=2) + "\n")
+    _write(markdown, render_markdown(report))
     print(f"wrote {args.out} and {markdown}", file=sys.stderr)
     return 0
+
+
+def _write(path: Path, text: str) -> None:
+    """A report written whole (temporary file, then rename): a kill never leaves a truncated one."""
+    atomic_write_bytes(path, text.encode("utf-8"), mode=SHARED)
 
 
 def only(args: argparse.Namespace) -> int:
@@ -160,13 +164,12 @@ def only(args: argparse.Namespace) -> int:
         full[args.only] = section
         full["meta"].setdefault("updated", {})[args.only] = meta
         full["targets"] = targets(full)
-        args.out.write_text(json.dumps(full, indent=2) + "\n", encoding="utf-8")
+        _write(args.out, json.dumps(full, indent=2) + "\n")
         markdown = args.markdown or args.out.with_name("bench.md")
-        markdown.write_text(render_markdown(full), encoding="utf-8")
+        _write(markdown, render_markdown(full))
         print(f"updated the {args.only} section of {args.out} and {markdown}", file=sys.stderr)
     elif args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text, encoding="utf-8")
+        _write(args.out, text)
     print(text, end="")
     return 0
 
