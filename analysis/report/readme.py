@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,6 +33,8 @@ PROVENANCE_NOTE = (
     "the run logs under `results/runs/`: means over seeds with 95% bootstrap confidence intervals over "
     "seeds."
 )
+
+_UNESCAPED_BRACKET = re.compile(r"(?<!\\)((?:\\\\)*)([\[\]])")  # after an even run of backslashes
 
 
 def backend(config: dict[str, object]) -> str:
@@ -93,7 +96,7 @@ def render_report(
     for figure in figures:
         relative = figure.path.relative_to(root).as_posix()
         title = plain(figure.title)
-        alt = title.replace("[", "\\[").replace("]", "\\]")
+        alt = _UNESCAPED_BRACKET.sub(r"\1\\\2", title)  # no bracket of the title ends the alt text
         parts += [f"### {title}\n", f"![{alt}]({relative})\n"]
     return "\n".join(parts + _companions(root))
 

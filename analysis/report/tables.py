@@ -105,23 +105,32 @@ def reference(value: paper.PaperNumber | None, digits: int = 3) -> str:
 
 _BREAKS = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]+")
 _TAG = re.compile(r"<(?=[A-Za-z/!?])")
+# what could still make a link of text shown as typed: a `](` or `][` closing link text, the `://` and
+# `www.` of a bare URL (GitHub links those in plain text), and a backslash that would undo an escape
+_LINK = re.compile(r"\\|\](?=[(\[])|:(?=//)|(?i:(?<=\bwww)\.)")
 
 
-def plain(text: str) -> str:
-    """One line of inert text for markdown: line breaks and control characters become a space and the
-    `<` that would open an HTML tag is escaped, so that no label or phase name read from a log adds
-    lines, markup or HTML to a table or the README."""
-    return _TAG.sub("&lt;", _BREAKS.sub(" ", text))
+def plain(text: str, *, links: bool = False) -> str:
+    """One line of inert text for markdown: line breaks and control characters become a space, the `<`
+    that would open an HTML tag or an autolink is escaped, and so is what would make a markdown link or
+    a bare URL live (`[click](https://example.com)` is shown as typed and links nowhere), so that no
+    label or phase name read from a log adds lines, markup, HTML or links to a table or the README.
+    `links=True` keeps markdown links (value cells: the scorecard's evidence links are ours)."""
+    text = _TAG.sub("&lt;", _BREAKS.sub(" ", text))
+    return text if links else _LINK.sub(lambda m: "\\" + m.group(), text)
 
 
 def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]], labels: int) -> str:
     """A GitHub pipe table: label columns left-aligned, value columns right-aligned."""
 
-    def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(plain(c).replace("|", "\\|") for c in cells) + " |"
+    def line(cells: Sequence[str], names: int) -> str:
+        # headers (phase names among them) and label cells hold names; value cells may hold our links
+        escaped = (plain(c, links=i >= names).replace("|", "\\|") for i, c in enumerate(cells))
+        return "| " + " | ".join(escaped) + " |"
 
     rule = ["---" if i < labels else "--:" for i in range(len(columns))]
-    return "\n".join([line(columns), "|" + "|".join(rule) + "|", *(line(r) for r in rows)]) + "\n"
+    head = line(columns, len(columns))
+    return "\n".join([head, "|" + "|".join(rule) + "|", *(line(r, labels) for r in rows)]) + "\n"
 
 
 def to_markdown(table: Table) -> str:
