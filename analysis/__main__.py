@@ -32,7 +32,7 @@ from analysis.report.figures import (
 )
 from analysis.report.memory_report import memory_jobs, memory_tables, section
 from analysis.report.readme import SIMULATED_BACKEND_NOTE, inventory, write_report
-from analysis.report.tables import build_tables, write_tables
+from analysis.report.tables import SCORECARD, Table, build_tables, write_tables
 
 log = logging.getLogger("analysis")
 #: Where `python -m analysis` writes by default: beside the committed results, never over them (the
@@ -207,7 +207,17 @@ def report(args: argparse.Namespace, drawing: Executor) -> int:
     readme = write_report(tables, figures, rows, args.out, backend_note=note, sections=[memory])
     manifest.write_manifest(args.out, analysis, logs.runs, rows, tables, extras, figures, kept, options)
     log.info("wrote %s in %.1f s", readme, time.perf_counter() - started)
+    log.info("%s; open %s", tally(tables), readme)
     return 0
+
+
+def tally(tables: list[Table]) -> str:
+    """The scorecard's verdicts counted, for the last line a run of `make reproduce` prints."""
+    card = next((t for t in tables if t.name == SCORECARD), None)
+    if card is None or card.data.empty:
+        return "scorecard: no paper number computed"
+    counts = card.data["verdict"].value_counts()
+    return f"scorecard: {len(card.data)} rows, " + ", ".join(f"{n} {v}" for v, n in counts.items())
 
 
 def check_outputs(out: Path) -> None:

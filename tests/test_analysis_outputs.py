@@ -1,6 +1,7 @@
 """End to end: synthetic run directories -> load -> tables, figures, README; plus the loader's rules."""
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -250,3 +251,14 @@ def test_the_two_level_option_widens_the_success_intervals(runs_root, tmp_path):
     assert (narrow["mean"] == wide["mean"]).all()
     assert ((wide["high"] - wide["low"]).mean()) > ((narrow["high"] - narrow["low"]).mean())
     assert "two-level percentile bootstrap CI: seeds, then episodes" in (both / "README.md").read_text()
+
+
+def test_the_analysis_ends_with_the_scorecard_tally_and_the_page_to_open(runs_root, tmp_path, caplog):
+    out = tmp_path / "results"
+    with caplog.at_level(logging.INFO, logger="analysis"):
+        assert main(["--runs", str(runs_root), "--out", str(out)]) == 0
+    last = caplog.records[-1].getMessage()
+    card = pd.read_csv(out / "tables" / "scorecard.csv")
+    assert last.startswith(f"scorecard: {len(card)} rows, ") and last.endswith(str(out / "README.md"))
+    for verdict, count in card["verdict"].value_counts().items():
+        assert f"{count} {verdict}" in last
