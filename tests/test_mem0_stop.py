@@ -22,7 +22,9 @@ def test_a_sigterm_to_a_mem0_run_removes_mem0s_temporary_home_folder(tmp_path: P
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     results = tmp_path / "results"
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "TMPDIR": str(scratch)}
+    # MEM0_DIR unset: an earlier test's in-process mem0 sets it, and the run would then make no folder
+    env = {k: v for k, v in os.environ.items() if k != "MEM0_DIR"}
+    env |= {"PYTHONPATH": str(PROJECT_ROOT), "TMPDIR": str(scratch)}
     cmd = [sys.executable, "-m", "runners.run", "memory=mem0", "retrieval=dense", "seeds=[0]",
            f"results_dir={results}", "progress=false"]  # fmt: skip
     run = subprocess.Popen(cmd, env=env, cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
