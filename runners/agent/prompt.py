@@ -41,13 +41,24 @@ OPTION_LINE = re.compile(r"^(?P<label>[A-Z])\) (?P<text>.*)$", re.MULTILINE)
 STEP_LINE = re.compile(r"^Step (?P<t>-?\d+)\.", re.MULTILINE)
 
 
+# JSON leaves these raw when it keeps non-ASCII text as it is; they could end a line, so they stay escaped.
+_ESCAPE_IN_VALUE = {c: f"\\u{c:04x}" for c in (*range(0x7F, 0xA0), 0x2028, 0x2029)}
+
+
+def quoted(value: str) -> str:
+    """`value` as a JSON string literal showing its text as it is (`"pesäpallo"`, not `"pes\\u00e4pallo"`), so
+    that the memory line and the options spell a value alike; a character that could end a line stays
+    escaped (the reader's json.loads restores it). The viewer's page quotes by the same rule."""
+    return json.dumps(value, ensure_ascii=False).translate(_ESCAPE_IN_VALUE)
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def evidence_line(e: Evidence) -> str:
-    """One memory line: step, verdict, the value (JSON-quoted), counts where the method keeps them.
+    """One memory line: step, verdict, the value (quoted), counts where the method keeps them.
     Cached: memories hand back the same evidence episode after episode."""
     counts = "" if e.support is None else f" (support {e.support}, conflicts {e.conflict or 0})"
     verdict = "VALID" if e.holds else "FAILED"
-    return f"- [step {e.t}] {verdict} {json.dumps(e.value)}{counts}: {one_line(e.text)}"
+    return f"- [step {e.t}] {verdict} {quoted(e.value)}{counts}: {one_line(e.text)}"
 
 
 def one_line(text: str) -> str:
