@@ -64,11 +64,17 @@ map: $(STAMP) ## the noise x drift robustness map with tuned baselines into resu
 	$(BIN)/python -m analysis.map --out results/map --hypothesis results/map/noise_hypothesis
 	@if [ -d results/runs ]; then $(MAKE) figures; fi
 
-# Tables, figures and results/README.md from the logs already in results/runs (no experiment is rerun);
-# the results of experiments without runs there are kept (python -m analysis --replace drops them).
-figures: $(STAMP) ## tables, figures and results/README.md from results/runs
-	@if [ -d results/runs ]; then $(BIN)/python -m analysis --runs results/runs --out results; \
-	else echo "no results/runs yet (make reproduce writes them): results/ is left as it is"; fi
+# Tables, figures and README.md from the logs already in results/runs (no experiment is rerun). The
+# experiments results/manifest.json lists (the paper's) go to the committed results/, every other one (your
+# tries and sweeps) to results/report/, which is not committed; EXPERIMENTS='name try_*' adds those to
+# results/ by name. Results of experiments without runs are kept (python -m analysis --replace drops them).
+EXPERIMENTS ?=
+figures: $(STAMP) ## tables, figures and README.md: the listed experiments into results/, others into results/report/
+	@if [ ! -d results/runs ]; then echo "no results/runs yet (make reproduce writes them): results/ is left as it is"; \
+	elif [ -n "$(EXPERIMENTS)" ]; then \
+		$(BIN)/python -m analysis --runs results/runs --out results --listed-in results --experiments $(EXPERIMENTS); \
+	else $(BIN)/python -m analysis --runs results/runs --out results/report --not-listed-in results && \
+		$(BIN)/python -m analysis --runs results/runs --out results --listed-in results; fi
 
 # Benchmarks (memory-operation throughput, prompt footprint, end to end, scaling, make reproduce's wall
 # time) into results/bench.json and results/bench.md, then results/README.md picks up the table.

@@ -33,6 +33,7 @@ from analysis.report.figures import (
 from analysis.report.memory_report import memory_jobs, memory_tables, section
 from analysis.report.readme import SIMULATED_BACKEND_NOTE, inventory, write_report
 from analysis.report.tables import SCORECARD, Table, build_tables, write_tables
+from analysis.selection import experiments_under, selection, unmatched
 
 log = logging.getLogger("analysis")
 #: Where `python -m analysis` writes by default: beside the committed results, never over them (the
@@ -55,6 +56,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="write --out from --runs alone: drop the results of experiments absent from --runs and "
         "replace those computed from runs that --runs lacks",
+    )
+    parser.add_argument(
+        "--experiments",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="analyse only these experiments of --runs (shell patterns such as 'try_*'); with --listed-in, "
+        "these as well; every pattern must match an experiment",
+    )
+    parser.add_argument(
+        "--listed-in",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="analyse only the experiments DIR's manifest.json lists (make figures: --listed-in results)",
+    )
+    parser.add_argument(
+        "--not-listed-in",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="leave out the experiments DIR's manifest.json lists (make figures writes the others to "
+        "results/report)",
     )
     parser.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="rolling window in episodes")
     parser.add_argument(
@@ -152,7 +176,16 @@ def report(args: argparse.Namespace, drawing: Executor) -> int:
         check_options(args.window, args.tolerance, args.out)
         check_outputs(args.out)
         note = read_note(args.backend_note) if args.backend_note else SIMULATED_BACKEND_NOTE
-        logs = load_runs(args.runs, progress=not args.quiet)
+        chosen = selection(args.experiments, args.listed_in, args.not_listed_in)
+        if chosen is not None:
+            present = experiments_under(args.runs)
+            if missing := unmatched(args.experiments, present):
+                raise ValueError(f"--experiments: no runs of {', '.join(missing)} under {args.runs}")
+            if not any(map(chosen, present)):
+                log.info("analysis: no runs of the chosen experiments under %s: %s is left as it is",
+                         args.runs, args.out)  # fmt: skip
+                return 0
+        logs = load_runs(args.runs, progress=not args.quiet, experiments=chosen)
         check_reference(args.reference, set(logs.runs["memory"]))
         kept = manifest.keep(args.out, logs.runs, options, replace=args.replace)
     except ValueError as error:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,8 +91,9 @@ def flatten(mapping: dict, prefix: str = "") -> dict[str, object]:
     return flat
 
 
-def find_runs(root: str | Path) -> list[Path]:
-    """Complete run directories under `root`, in sorted (deterministic) order.
+def find_runs(root: str | Path, experiments: Callable[[str], bool] | None = None) -> list[Path]:
+    """Complete run directories under `root`, in sorted (deterministic) order; with `experiments`, only
+    those of the experiments (the first folder under `root`) it accepts.
 
     Complete: its meta.json (which the runner writes last, atomically) says so; a stream without one
     is still being written. A meta.json that cannot be read (not a regular file, not a JSON object,
@@ -102,6 +104,8 @@ def find_runs(root: str | Path) -> list[Path]:
         raise ValueError(f"root: {root} is not a directory")
     metas = root.rglob(logformat.META)
     candidates = sorted(p.parent for p in metas if not logformat.is_aside(p.parent.relative_to(root)))
+    if experiments is not None:
+        candidates = [c for c in candidates if experiments(c.relative_to(root).parts[0])]
     complete = []
     for run_dir in candidates:
         try:
@@ -245,15 +249,18 @@ def _note_unavailable(runs: pd.DataFrame) -> None:
             log.warning("memory metrics unavailable for %d of %d run(s): %s", n, len(runs), reason)
 
 
-def load_runs(root: str | Path, *, progress: bool = False) -> RunLogs:
-    """Read every complete run under `root` into one RunLogs (episodes sorted by run and t).
+def load_runs(
+    root: str | Path, *, progress: bool = False, experiments: Callable[[str], bool] | None = None
+) -> RunLogs:
+    """Read every complete run under `root` (of the experiments `experiments` accepts, by default all)
+    into one RunLogs (episodes sorted by run and t).
 
     Files are read on a few threads (Arrow decodes without the GIL), concatenated as Arrow tables and
     converted to pandas once: per-run pandas work would dominate the load time of a full
     reproduction. Counters a run does not log are read as 0.
     """
     root = Path(root)
-    run_dirs = find_runs(root)
+    run_dirs = find_runs(root, experiments)
     tables, events, runs = [], [], []
     with ThreadPoolExecutor(max_workers=_READERS) as pool:
         loaded = pool.map(lambda run_dir: _read_run(root, run_dir), run_dirs)
