@@ -10,7 +10,10 @@ For each run the streams and decisions are exact (`len(env)` per seed, at most `
 model calls, prompt tokens and completion tokens come from one dry pass of the run's first seed, scaled
 to all its seeds by their decisions: a stand-in reader plays the model (the newest VALID memory line that
 names an option wins, as a reader that trusts fresh experience), memory follows its choices as in a run,
-and the configured backend's scoring decides what is sent for each decision. Prompt tokens are counted
+and the configured backend's scoring decides what is sent for each decision (with
+`llm.option_logprobs`, one request per distinct prompt: what is sent when every option is among its
+prompt's alternatives, as the preset one-token action names are; an option that is not costs one more).
+Prompt tokens are counted
 from the rendered prompts without a tokenizer (`runners.agent.prompt.count_tokens`), an *estimate*: the
 real model's choices change what memory holds. Completion tokens are a *bound*: every call generating
 the most it may (`llm.max_tokens` in text mode, one token per scored option or letter). The cost of each
@@ -32,6 +35,7 @@ from runners.agent.loop import run_stream
 from runners.agent.prompt import EVIDENCE_LINE, LABELS, OPTION_LINE, count_message_tokens
 from runners.config import ConfigError, RunSpec, validate
 from runners.llm.backend import Reply, Request
+from runners.llm.scoring import SCORINGS
 
 # `plan=true` (or true's other spellings) as a command-line override, with or without `+` / `++`.
 _PLAN_ON = re.compile(r"\+{0,2}plan=(true|yes|on|1)", re.IGNORECASE)
@@ -163,10 +167,13 @@ class _DryBackend:
 
     name = "dry"
 
-    def __init__(self, seed: int, scoring: str | None, max_tokens: int | None) -> None:
+    def __init__(
+        self, seed: int, scoring: str | None, max_tokens: int | None, option_logprobs: int = 0
+    ) -> None:
         from runners.llm.openai_backend import planned_cost  # the openai client: imported here only
 
         self.planned_cost = planned_cost
+        self.option_logprobs = option_logprobs
         self.reader = _StandIn(seed)
         self.scoring = scoring
         self.max_tokens = max_tokens
@@ -177,8 +184,10 @@ class _DryBackend:
         if self.scoring is None:  # not an openai backend: one call per decision
             calls, prompt, completion = 1, count_message_tokens(request.messages), 0
         else:
-            calls, prompt, completion = self.planned_cost(request, self.scoring, self.max_tokens)
-            scored = (self.scoring == "loglik" and request.options) or (
+            calls, prompt, completion = self.planned_cost(
+                request, self.scoring, self.max_tokens, self.option_logprobs
+            )
+            scored = (SCORINGS.get(self.scoring) and request.options) or (
                 self.scoring == "logprobs" and request.labels
             )
             self.open_ended |= self.max_tokens is None and not scored
@@ -198,15 +207,16 @@ def plan(spec: RunSpec) -> Plan:
     params = spec.llm.params
     is_openai = issubclass(spec.llm.cls, OpenAIBackend)
     prices = (params.get("price_in", 0.0), params.get("price_out", 0.0)) if is_openai else (0.0, 0.0)
-    scoring, max_tokens = None, None
+    scoring, max_tokens, option_logprobs = None, None, 0
     if is_openai:
         try:
             check_budget(params.get("max_total_tokens"), *prices)
         except ValueError as exc:
             raise ConfigError(f"llm.{exc}") from None
         scoring, max_tokens = params.get("scoring", "text"), params.get("max_tokens")
+        option_logprobs = params.get("option_logprobs", 0)
     first = spec.seeds[0]
-    dry = _DryBackend(first, scoring, max_tokens)
+    dry = _DryBackend(first, scoring, max_tokens, option_logprobs)
     with contextlib.closing(spec.env.build()) as env:
         sampled = len(
             asyncio.run(

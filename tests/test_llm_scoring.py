@@ -30,19 +30,36 @@ def decision(options=OPTIONS, remembered: str | None = None, seed: int = 0, t: i
     return Request(render(task, lines), seed=seed, labels=labels_for(task), options=tuple(options))
 
 
-def biased(first: float = 0.0, prior: dict[str, float] | None = None, memory: float = 0.0):
+def biased(
+    first: float = 0.0,
+    prior: dict[str, float] | None = None,
+    memory: float = 0.0,
+    multi_token: frozenset[str] = frozenset(),
+):
     """An echo endpoint scoring the answer (the text after the last "Answer:") as one token: `first` if
     it is the option listed first, plus its `prior`, plus `memory` if a memory line names it; the
-    usage reports how many prompt tokens its cache held (all but the last line)."""
+    usage reports how many prompt tokens its cache held (all but the last line). Asked for the next
+    token's alternatives (no echo), it lists the `logprobs` likeliest of OPTIONS and "x" with the same
+    scores, leaving out the names in `multi_token` (as a tokenizer that splits them would)."""
+
+    def score(prompt: str, answer: str) -> float:
+        listed = re.search(r"^A\) (.*)$", prompt, re.MULTILINE)
+        value = (prior or {}).get(answer, 0.0) - 5.0
+        value += first if listed and listed.group(1) == answer else 0.0
+        value += memory if re.search(rf'^- \[step \d+\] VALID "{answer}"', prompt, re.MULTILINE) else 0.0
+        return value
 
     def respond(body: dict) -> dict:
         prompt = body["prompt"]
+        usage = {"prompt_tokens": 10, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 8}}
+        if not body.get("echo"):
+            names = [n for n in (*OPTIONS, "x") if n not in multi_token]
+            top = sorted(((f" {n}", score(prompt, n)) for n in names), key=lambda kv: -kv[1])
+            top = dict(top[: body["logprobs"]])
+            logprobs = {"tokens": [" x"], "token_logprobs": [-1.0], "top_logprobs": [top], "text_offset": [0]}
+            return {"choices": [{"index": 0, "text": " x", "logprobs": logprobs}], "usage": usage}
         cut = prompt.rindex("Answer:") + len("Answer:")
         answer = prompt[cut:].strip()
-        listed = re.search(r"^A\) (.*)$", prompt, re.MULTILINE)
-        score = (prior or {}).get(answer, 0.0) - 5.0
-        score += first if listed and listed.group(1) == answer else 0.0
-        score += memory if re.search(rf'^- \[step \d+\] VALID "{answer}"', prompt, re.MULTILINE) else 0.0
         tokens, offsets = [prompt[:cut], prompt[cut:], " x"], [0, cut, len(prompt)]
         return {
             "choices": [
@@ -51,23 +68,19 @@ def biased(first: float = 0.0, prior: dict[str, float] | None = None, memory: fl
                     "text": prompt + " x",
                     "logprobs": {
                         "tokens": tokens,
-                        "token_logprobs": [None, score, -1.0],
+                        "token_logprobs": [None, score(prompt, answer), -1.0],
                         "text_offset": offsets,
                     },
                 }
             ],
-            "usage": {
-                "prompt_tokens": 10,
-                "completion_tokens": 1,
-                "prompt_tokens_details": {"cached_tokens": 8},
-            },
+            "usage": usage,
         }
 
     return respond
 
 
-def ask(stub, scoring: str, *requests: Request) -> tuple[list, OpenAIBackend]:
-    backend = OpenAIBackend(stub.base_url, "stub-model", scoring=scoring, **FAST)
+def ask(stub, scoring: str, *requests: Request, **settings: object) -> tuple[list, OpenAIBackend]:
+    backend = OpenAIBackend(stub.base_url, "stub-model", scoring=scoring, **FAST, **settings)
 
     async def go():
         try:
@@ -186,6 +199,73 @@ def test_the_plan_counts_the_requests_each_mode_sends(scoring):
     assert calls == {"loglik": 3, "permuted": 9, "calibrated": 6, "cloze": 3}[scoring]
     assert prompt > calls * 20
     assert planned_cost(decision(), scoring, 16)[0] == (0 if scoring == "calibrated" else calls)
+
+
+# --- one request per prompt (llm.option_logprobs) -----------------------------------------------------
+
+PER_DECISION = {"loglik": 1, "permuted": 3, "calibrated": 2, "cloze": 1}
+
+
+@pytest.mark.parametrize("scoring", OPTION_MODES)
+def test_one_request_per_prompt_gives_every_option_the_score_its_own_request_gives(stub_server, scoring):
+    stub_server.respond = biased(first=2.0, prior={"green": 1.0}, memory=1.5)
+    requests = [decision(order, remembered=order[1]) for order in rotations(OPTIONS)]
+    each, _ = ask(stub_server, scoring, *requests)
+    stub_server.requests.clear()
+    shared, backend = ask(stub_server, scoring, *requests, option_logprobs=5)
+    assert [r.text for r in shared] == [r.text for r in each]
+    assert len(stub_server.requests) == PER_DECISION[scoring] * len(requests)
+    assert not any(r.get("echo") for r in stub_server.requests)
+    assert backend.stats()["option_fallbacks"] == 0
+    assert backend.stats()["prompt_tokens"] == 10 * len(stub_server.requests)
+
+
+@pytest.mark.parametrize("limit", [1, 5])
+def test_an_option_missing_from_the_alternatives_is_scored_by_its_own_request(stub_server, limit):
+    """green is not one token (never listed); with 1 alternative asked, the options behind the first
+    are missing as well: each missing option costs one echoed request, and the reply is unchanged."""
+    stub_server.respond = biased(prior={"red": 0.5}, memory=3.0, multi_token=frozenset({"green"}))
+    request = decision(("blue", "red", "green"), remembered="green")
+    (each,), _ = ask(stub_server, "calibrated", request)
+    stub_server.requests.clear()
+    (shared,), backend = ask(stub_server, "calibrated", request, option_logprobs=limit)
+    echoed = [r for r in stub_server.requests if r.get("echo")]
+    missing = {1: 4, 5: 2}[limit]  # of the 6 (prompt, option) pairs
+    assert shared.text == each.text and chosen(shared, request) == "green"
+    assert len(echoed) == backend.stats()["option_fallbacks"] == missing
+    assert len(stub_server.requests) == 2 + missing
+
+
+def test_the_cache_key_names_how_options_are_scored_and_a_rerun_asks_nothing(stub_server, tmp_path):
+    stub_server.respond = biased(memory=1.0)
+    request = decision(remembered="blue")
+    cache = {"cache_path": tmp_path / "cache.sqlite"}
+    ask(stub_server, "calibrated", request, **cache)
+    (reply,), backend = ask(stub_server, "calibrated", request, option_logprobs=5, **cache)
+    assert not reply.cached and backend.stats()["cache_misses"] == 1
+    stub_server.requests.clear()
+    (again,), _ = ask(stub_server, "calibrated", request, option_logprobs=5, **cache)
+    assert again.cached and again.text == reply.text and stub_server.requests == []
+
+
+def test_an_endpoint_without_next_token_alternatives_stops_the_run_naming_option_logprobs(stub_server):
+    stub_server.respond = lambda body: {"choices": [{"index": 0, "text": " red", "logprobs": None}]}
+    with pytest.raises(ConfigError, match=r"^llm\.scoring=calibrated: .* no next-token .*option_logprobs=0"):
+        ask(stub_server, "calibrated", decision(remembered="red"), option_logprobs=5)
+
+
+@pytest.mark.parametrize("scoring", OPTION_MODES)
+def test_the_plan_counts_one_request_per_prompt_with_option_logprobs(scoring):
+    calls, prompt, completion = planned_cost(decision(remembered="red"), scoring, 16, option_logprobs=5)
+    assert calls == completion == PER_DECISION[scoring]
+    assert prompt > calls * 20
+    assert planned_cost(decision(), scoring, 16, 5)[0] == (0 if scoring == "calibrated" else calls)
+
+
+@pytest.mark.parametrize("value", [-1, 1001])
+def test_option_logprobs_out_of_range_is_refused_naming_it(value):
+    with pytest.raises(ValueError, match=r"^option_logprobs=.*: must be in \[0, 1000\]"):
+        OpenAIBackend("http://127.0.0.1:9/v1", "m", scoring="calibrated", option_logprobs=value)
 
 
 # --- bad input ----------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Every option-scoring mode against the REAL local models (make test-llm), each served as `make
 reproduce-llm` serves it (runners.llm.local.llama_server): memory that names an option raises that
 option's share of the mode's scores, and the server's own count of the prompt tokens it evaluated stays
-below the share the prefix-first prompt is meant to reach. Nothing is asserted on exact numbers. Skipped,
-with the reason, when the local-llm extra is not installed."""
+below the share the prefix-first prompt is meant to reach; options read from one request per prompt
+(`llm.option_logprobs`) get the scores and choices their own requests give. Nothing is asserted on a
+model's numbers. Skipped, with the reason, when the local-llm extra is not installed."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import asyncio
 import pytest
 
 from runners.agent.prompt import LABELS
+from runners.llm.backend import Request
 from runners.llm.local.serve import GEMMA_ALIAS, MODEL_ALIAS
 from runners.llm.openai_backend import OpenAIBackend
 from runners.llm.scoring import SCORINGS
@@ -60,3 +62,47 @@ def test_memory_that_names_an_option_raises_its_share_and_the_server_reuses_the_
     assert after > before, pairs
     assert stats["server_counted_prompt_tokens"] == sent
     assert evaluated <= MAX_EVALUATED
+
+
+#: requests per decision with memory when every option is read from its prompt's alternatives
+PER_DECISION = {"loglik": 1, "permuted": 3, "calibrated": 2, "cloze": 1}
+
+
+def answer(base_url: str, model: str, scoring: str, requests: list[Request], **settings: object):
+    backend = OpenAIBackend(base_url, model, scoring=scoring, max_concurrency=1, timeout=600.0, **settings)
+
+    async def go():
+        try:
+            return [await backend.complete(r) for r in requests]
+        finally:
+            await backend.aclose()
+
+    replies = asyncio.run(go())
+    assert all(r.error is None for r in replies), [r.error for r in replies]
+    return replies, backend.stats()
+
+
+@pytest.mark.parametrize("server", list(SERVERS))
+@pytest.mark.parametrize("scoring", MODES)
+def test_one_request_per_prompt_scores_every_option_as_its_own_request_does(server, scoring, request):
+    """The same decisions scored option by option (echo) and from one request per prompt (the next
+    token's 300 likeliest alternatives, as the local configs ask): every option's score within 0.001
+    (the reply's precision), the same choice, and the requests the mode needs when every option is among
+    the alternatives, plus one per option that is not."""
+    base_url, model = request.getfixturevalue(server), SERVERS[server]
+    requests = [decision(job) for job in JOBS] + [decision(job, named) for job in JOBS for named in WORDS[:3]]
+    each, _ = answer(base_url, model, scoring, requests)
+    shared, stats = answer(base_url, model, scoring, requests, option_logprobs=300)
+    gaps = [
+        abs(a[0] - b[0])
+        for x, y in zip(each, shared, strict=True)
+        for a, b in zip(scores(x.text).values(), scores(y.text).values(), strict=True)
+    ]
+    changed = sum(x.text.split()[1] != y.text.split()[1] for x, y in zip(each, shared, strict=True))
+    asked = sum(1 for r in requests if scoring != "calibrated" or "VALID" in r.messages[1]["content"])
+    print(
+        f"\n{model} {scoring}: largest score difference {max(gaps):.4f}, {changed} of {len(requests)} "
+        f"choices changed; {stats['requests']} requests ({stats['option_fallbacks']} options scored alone)"
+    )
+    assert max(gaps) <= 0.001 and changed == 0
+    assert stats["requests"] == PER_DECISION[scoring] * asked + stats["option_fallbacks"]

@@ -6,6 +6,9 @@ option's own text makes it follow what the prompt shows. The endpoint must retur
 every prompt token (`echo` with `logprobs` on /v1/completions: vLLM, OpenAI's legacy completions,
 llama-cpp-python's server with a model loaded with all logits); `option_loglik` says when it did not.
 
+An option that is one token can also be read from one request's next-token alternatives
+(`next_token_logprobs`): the same number, without a request per option.
+
 The chosen option is the highest sum (ties: the first shown). The reply logs every option's sum and its
 mean per token (the length-normalised score) beside the answer, so a log shows how close the choice was.
 """
@@ -64,6 +67,21 @@ def option_loglik(choice: Mapping[str, object], prompt: str, start: int) -> Opti
     if count == 0:
         raise NoPromptLogprobs("no token of the option was scored")
     return OptionScore(total, count)
+
+
+def next_token_logprobs(choice: Mapping[str, object]) -> dict[str, float]:
+    """The next token's alternatives (token text -> log-probability) from a completion choice of one
+    token asked with `logprobs` and no echo (the legacy completions' `top_logprobs[0]`). Raises
+    NoPromptLogprobs when the choice carries none."""
+    logprobs = choice.get("logprobs")
+    top = logprobs.get("top_logprobs") if isinstance(logprobs, Mapping) else None
+    if not isinstance(top, list) or not top or not isinstance(top[0], Mapping):
+        raise NoPromptLogprobs("the reply carries no top log-probabilities for the next token")
+    return {
+        str(token): float(value)
+        for token, value in top[0].items()
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    }
 
 
 def choose(labels: Sequence[str], scores: Sequence[OptionScore], order: Sequence[int] | None = None) -> str:

@@ -45,7 +45,14 @@ from urllib.parse import urlsplit, urlunsplit
 from runners.agent.prompt import ANSWER_CUE, completion_prompt, count_message_tokens, count_tokens
 from runners.config import ConfigError
 from runners.llm.backend import BackendExhausted, Reply, Request
-from runners.llm.loglik import NoPromptLogprobs, OptionScore, choose, continuation, option_loglik
+from runners.llm.loglik import (
+    NoPromptLogprobs,
+    OptionScore,
+    choose,
+    continuation,
+    next_token_logprobs,
+    option_loglik,
+)
 from runners.llm.response_cache import CachedReply, CacheError, ResponseCache, cache_key
 from runners.llm.scoring import SCORINGS, as_completion_prompt, plan_prompts, tie_order
 from runners.llm.secrets import scrub
@@ -58,6 +65,7 @@ MAX_TOKEN_COUNT = 10**9  # a usage count above this (or below 0) is not a real c
 LOCAL_DUMMY_KEY = "sk-no-key-required"
 LABEL_INSTRUCTION = "Reply with the label of one option only: {labels}."
 _MAX_TOP_LOGPROBS = 20  # OpenAI's upper limit for top_logprobs
+MAX_OPTION_LOGPROBS = 1000  # runners.llm.local.llama_server's; OpenAI's legacy completions allow 5, vLLM 20
 
 
 @dataclass(frozen=True)
@@ -209,6 +217,11 @@ class OpenAIBackend:
     and `cloze` are the same with the position bias averaged out, calibrated away or not shown
     (`runners.llm.scoring`, which also lays out these prompts shared part first); `stats()` reports the
     server's own count of the prompt tokens it took from its cache where the server gives one.
+    `option_logprobs=K` (> 0) scores these modes' options with one request per distinct prompt instead
+    of one per option: the prompt's next-token `K` likeliest alternatives hold every option that is one
+    token (`runners.llm.loglik.next_token_logprobs`), so calibrated scoring sends two requests per
+    decision, not six; an option that is not among them (not one token, or less likely than the `K`th)
+    is scored by its own echoed request as before (`option_fallbacks` in `stats()`).
     `cache_path` (a SQLite file) makes reruns free and identical; None disables it.
 
     `max_total_tokens` caps the tokens (prompt and completion) this backend's new calls may spend, as a
@@ -240,6 +253,7 @@ class OpenAIBackend:
         max_failed_calls: int = 10,
         cache_path: str | os.PathLike[str] | None = None,
         scoring: str = "text",
+        option_logprobs: int = 0,
         backoff_base: float = 0.5,
         backoff_max: float = 30.0,
         retry_after_max: float | None = None,
@@ -260,6 +274,8 @@ class OpenAIBackend:
         _check(max_concurrency >= 1, "max_concurrency", max_concurrency, ">= 1")
         _check(max_failed_calls >= 1, "max_failed_calls", max_failed_calls, ">= 1")
         _check(scoring in SCORINGS, "scoring", scoring, f"one of {', '.join(SCORINGS)}")
+        _check(0 <= option_logprobs <= MAX_OPTION_LOGPROBS, "option_logprobs", option_logprobs,
+               f"in [0, {MAX_OPTION_LOGPROBS}] (0: one request per option)")  # fmt: skip
         _check(backoff_base >= 0, "backoff_base", backoff_base, ">= 0")
         _check(backoff_max >= backoff_base, "backoff_max", backoff_max, ">= backoff_base")
         retry_after_max = backoff_max if retry_after_max is None else retry_after_max
@@ -285,6 +301,7 @@ class OpenAIBackend:
         self.max_concurrency = max_concurrency
         self.max_failed_calls = max_failed_calls
         self.scoring = scoring
+        self.option_logprobs = option_logprobs
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.retry_after_max = retry_after_max
@@ -364,6 +381,8 @@ class OpenAIBackend:
         if SCORINGS[self.scoring]:
             params["options"] = list(request.options)
             params["prompt"] = "prefix-first"  # the prompt layout of `runners.llm.scoring`
+            # how options are scored: echoed one by one, or read from one request's top alternatives
+            params["option_logprobs"] = self.option_logprobs
         return params
 
     def _seed(self, request: Request) -> int:
@@ -466,6 +485,9 @@ class OpenAIBackend:
         request (`max_reply_chars` when unlimited), and a logprob probe's free-text fallback."""
         longest = self.max_tokens or self.max_reply_chars
         _, prompt, completion = planned_cost(request, self.scoring, longest)
+        if self.option_logprobs:  # every option may fall back to its own request
+            shared = planned_cost(request, self.scoring, longest, self.option_logprobs)
+            prompt, completion = prompt + shared[1], completion + shared[2]
         if self.scoring == "logprobs" and request.labels:
             _, fallback_prompt, fallback_completion = planned_cost(request, "text", longest)
             prompt, completion = prompt + fallback_prompt, completion + fallback_completion
@@ -528,30 +550,33 @@ class OpenAIBackend:
             order = tie_order(self._seed(request), plan.shown, len(request.options))
             if self.scoring == "loglik":
                 order = None  # as before the debiased modes: ties go to the first shown
-        full = [p + continuation(request.options[i]) for p, i in zip(prompts, option_of, strict=True)]
+        known: list[OptionScore | None] = [None] * len(prompts)
+        answers: list[tuple[dict, dict]] = []
+        if self.option_logprobs:
+            known, answers = await self._from_next_token(prompts, option_of, request.options, params)
+        missing = [j for j, score in enumerate(known) if score is None]
+        full = {j: prompts[j] + continuation(request.options[option_of[j]]) for j in missing}
         # Sent together, one decision's requests queue back to back (the concurrency limit is first come,
         # first served), so a server that caches the last prompt evaluates their shared prefix once.
-        answers = await asyncio.gather(
-            *(self._call_completions(p, echo=True, logprobs=0, max_tokens=1, **params) for p in full)
+        echoed = await asyncio.gather(
+            *(self._call_completions(full[j], echo=True, logprobs=0, max_tokens=1, **params) for j in missing)
         )
+        for j, (choice, _) in zip(missing, echoed, strict=True):
+            try:
+                known[j] = option_loglik(choice, full[j], len(prompts[j]))
+            except NoPromptLogprobs as exc:
+                raise self._no_logprobs(exc) from None
         totals = [0.0] * len(request.options)
         tokens = [0] * len(request.options)
-        spent_prompt = spent_completion = 0
-        for base, prompt, i, w, (choice, usage) in zip(
-            prompts, full, option_of, weight, answers, strict=True
-        ):
-            try:
-                score = option_loglik(choice, prompt, len(base))
-            except NoPromptLogprobs as exc:
-                raise ConfigError(
-                    f"llm.scoring={self.scoring}: {_public_url(self.base_url)} returns no prompt "
-                    f"log-probabilities ({exc}); it needs echo with logprobs on /completions (vLLM, "
-                    "llama-cpp-python with all logits, python -m runners.llm.local.serve), or use "
-                    "llm.scoring=logprobs or text"
-                ) from None
+        for i, w, score in zip(option_of, weight, known, strict=True):
             totals[i] += w * score.loglik
             tokens[i] = tokens[i] or score.tokens
-            used = _usage(usage, count_tokens(prompt), str(choice.get("text") or "")[len(prompt) :])
+        spent_prompt = spent_completion = 0
+        sent = [*answers, *echoed]
+        texts = [*(p for p in dict.fromkeys(prompts) if self.option_logprobs), *full.values()]
+        for prompt, (choice, usage) in zip(texts, sent, strict=True):
+            generated = str(choice.get("text") or "")
+            used = _usage(usage, count_tokens(prompt), generated.removeprefix(prompt))
             spent_prompt += used[0]
             spent_completion += used[1]
             cached = _cached_tokens(usage)
@@ -560,6 +585,42 @@ class OpenAIBackend:
                 self._counts["server_counted_prompt_tokens"] += used[0]
         scores = [OptionScore(t, n or 1) for t, n in zip(totals, tokens, strict=True)]
         return choose(request.labels, scores, order), spent_prompt, spent_completion
+
+    async def _from_next_token(
+        self, prompts: Sequence[str], option_of: Sequence[int], options: Sequence[str], params: dict
+    ) -> tuple[list[OptionScore | None], list[tuple[dict, dict]]]:
+        """(each planned prompt's option score where its prompt's next-token alternatives hold the
+        option's text, else None; the answers, one per distinct prompt in order of first use)."""
+        distinct = list(dict.fromkeys(prompts))
+        answers = await asyncio.gather(
+            *(
+                self._call_completions(p, logprobs=self.option_logprobs, max_tokens=1, **params)
+                for p in distinct
+            )
+        )
+        tops = {}
+        for prompt, (choice, _) in zip(distinct, answers, strict=True):
+            try:
+                tops[prompt] = next_token_logprobs(choice)
+            except NoPromptLogprobs as exc:
+                raise self._no_logprobs(exc) from None
+        known: list[OptionScore | None] = []
+        for prompt, i in zip(prompts, option_of, strict=True):
+            value = tops[prompt].get(continuation(options[i]))
+            known.append(None if value is None else OptionScore(value, 1))
+            self._counts["option_fallbacks"] += value is None
+        return known, list(answers)
+
+    def _no_logprobs(self, exc: NoPromptLogprobs) -> ConfigError:
+        """The one line for an endpoint that returns no log-probabilities to score options by."""
+        what = "next-token" if self.option_logprobs else "prompt"
+        return ConfigError(
+            f"llm.scoring={self.scoring}: {_public_url(self.base_url)} returns no {what} "
+            f"log-probabilities ({exc}); it needs echo with logprobs on /completions (vLLM, "
+            "llama-cpp-python with all logits, python -m runners.llm.local.serve)"
+            + (", or llm.option_logprobs=0" if self.option_logprobs else "")
+            + ", or use llm.scoring=logprobs or text"
+        )
 
     async def _call_completions(self, prompt: str, **params: object) -> tuple[dict, dict]:
         """One text completion (/completions); an endpoint without it (404, 405, 501) is a ConfigError."""
@@ -678,6 +739,7 @@ class OpenAIBackend:
             "faults": dict(sorted(self._faults.items())),
             "failed_calls": counts["failed_calls"],
             "logprob_fallbacks": counts["logprob_fallbacks"],
+            "option_fallbacks": counts["option_fallbacks"],
             "prompt_tokens": counts["prompt_tokens"],
             "completion_tokens": counts["completion_tokens"],
             "cost": round(cost, 6),
@@ -722,23 +784,28 @@ def check_budget(max_total_tokens: int | None, price_in: float, price_out: float
     _check(price_out >= 0, "price_out", price_out, ">= 0 (per million completion tokens)")
 
 
-def planned_cost(request: Request, scoring: str, max_tokens: int | None) -> tuple[int, int, int]:
+def planned_cost(
+    request: Request, scoring: str, max_tokens: int | None, option_logprobs: int = 0
+) -> tuple[int, int, int]:
     """(HTTP requests, prompt tokens, completion tokens at most) that answering `request` takes with
     `scoring`, prompt tokens counted as for an endpoint that reports no usage (`count_tokens`): what
-    `python -m runners.run ... plan=true` adds up before a paid run."""
+    `python -m runners.run ... plan=true` adds up before a paid run. With `option_logprobs` the scored
+    modes send one request per distinct prompt, as when every option is among its alternatives (each
+    option that is not costs one request more)."""
     if SCORINGS.get(scoring):
         prefix = completion_prompt(request.messages)
         if not request.options:
             return 1, count_tokens(prefix), max_tokens or 0
         parsed = as_completion_prompt(request.messages)
         if parsed is None:
-            prompts = [prefix + continuation(o) for o in request.options]
+            bases, option_of = [prefix] * len(request.options), range(len(request.options))
         else:
             plan = plan_prompts(scoring, *parsed, request.options)
-            prompts = [
-                p + continuation(request.options[i])
-                for p, i in zip(plan.prompts, plan.option_of, strict=True)
-            ]
+            bases, option_of = plan.prompts, plan.option_of
+        if option_logprobs:
+            prompts = list(dict.fromkeys(bases))
+        else:
+            prompts = [p + continuation(request.options[i]) for p, i in zip(bases, option_of, strict=True)]
         return len(prompts), sum(map(count_tokens, prompts)), len(prompts)
     if scoring == "logprobs" and request.labels:
         instruction = LABEL_INSTRUCTION.format(labels=", ".join(request.labels))

@@ -19,9 +19,16 @@ memory, and calibrated scoring alternates every decision's prompt with and witho
 evaluated in aligned blocks up to its last line, so its scores are the same floats whatever was cached
 before (see `LoglikModel._evaluate`): the slots and a run's history change the time, never an answer.
 
+Without `echo`, `logprobs` and `max_tokens` 1 ask for the next token's `logprobs` likeliest
+alternatives (at most MAX_TOP_LOGPROBS) and one greedy token: one request scores every one-token option
+of a prompt (`llm.option_logprobs`). The prompt is evaluated exactly as an echoed prompt ending where it
+ends, so the next token's log-probabilities are those an echoed option would get, up to the one token
+the echoed batch holds more.
+
 Endpoints: `GET /v1/models`, `POST /v1/completions` (a string `prompt`; with `echo` and `logprobs`:
 `tokens`, `text_offset`, `token_logprobs`, `top_logprobs` and, when `max_tokens` is 1, one greedy token;
-otherwise `llama_cpp.Llama.create_completion` answers). There is no chat endpoint: a base model has no
+with `logprobs` and `max_tokens` 1 alone: the next token's alternatives, as above; otherwise
+`llama_cpp.Llama.create_completion` answers). There is no chat endpoint: a base model has no
 chat template. One request is served at a time.
 """
 
@@ -37,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-MAX_TOP_LOGPROBS = 5
+MAX_TOP_LOGPROBS = 1000  # the likeliest alternatives a request may ask for
 #: tokens per evaluation block of a prompt's reusable part (see LoglikModel._evaluate)
 BLOCK = 16
 
@@ -122,17 +129,24 @@ class LoglikModel:
             if max_tokens > 1:
                 raise BadRequest("echo with logprobs: max_tokens must be 0 or 1 (one greedy token)")
             return self._echo(prompt, min(logprobs, MAX_TOP_LOGPROBS), max_tokens)
+        if logprobs is not None and max_tokens == 1:
+            if isinstance(logprobs, bool) or not isinstance(logprobs, int) or logprobs < 1:
+                raise BadRequest("logprobs: must be an integer >= 1 without echo")
+            return self._next(prompt, min(logprobs, MAX_TOP_LOGPROBS))
         self.slots[0].tokens, self.slots[0].canonical = [], 0  # create_completion manages its own cache
         keys = ("max_tokens", "temperature", "top_p", "seed", "stop")
         return self.llm.create_completion(prompt, **{k: body[k] for k in keys if k in body})
 
-    def _echo(self, prompt: str, top: int, max_tokens: int) -> dict[str, Any]:
+    def _tokens(self, prompt: str, max_tokens: int) -> tuple[list[int], int, list[bytes], list[int], int]:
+        """(tokens, 1 if the first is BOS else 0, each token's bytes, the character offset where each
+        shown token ends, the first token of the prompt's last line) of a prompt that fits the context
+        and whose tokens reproduce it exactly."""
         tokens = self.llm.tokenize(prompt.encode(), add_bos=True, special=False)
         bos = 1 if tokens and tokens[0] == self.llm.token_bos() else 0
         pieces = [self.llm.detokenize([t]) for t in tokens]
         text = b"".join(pieces[bos:]).decode(errors="replace")
         if text != prompt:
-            raise BadRequest("prompt: the tokenizer does not reproduce it exactly, so it cannot be echoed")
+            raise BadRequest("prompt: the tokenizer does not reproduce it exactly, so it cannot be scored")
         if len(tokens) + max_tokens > self.llm.n_ctx():
             raise BadRequest(f"prompt: {len(tokens)} tokens do not fit the context ({self.llm.n_ctx()})")
         encoded = text.encode()
@@ -140,18 +154,66 @@ class LoglikModel:
         for piece in pieces[bos:]:
             at += len(piece)
             ends.append(len(encoded[:at].decode(errors="ignore")))
-        offsets = [0, *ends[:-1]]
         line = prompt.rfind("\n") + 1  # the last line starts here
         first = bos + next((i for i, end in enumerate(ends) if end > line), len(ends) - 1)
         first = max(first, 1)  # the first token is never scored
-        start = first - 1  # logits from here on: row j predicts token start + j + 1
-        if len(tokens) - start + BLOCK > self.llm.n_batch:
+        if len(tokens) - first + 1 + BLOCK > self.llm.n_batch:
             raise BadRequest(f"prompt: its last line is longer than {self.llm.n_batch - BLOCK} tokens")
+        return tokens, bos, pieces, ends, first
+
+    def _logits(self, tokens: list[int], start: int) -> tuple[Any, int, np.ndarray]:
+        """(the llama.cpp instance, tokens reused from its cache, the logits of tokens[start:]) from the
+        slot `pick_slot` chooses for `tokens`."""
         self._requests += 1
         slot = self.slots[pick_slot([s.tokens for s in self.slots], [s.used for s in self.slots], tokens)]
         slot.used = self._requests
-        llm = slot.llm
         keep, rows = self._evaluate(slot, tokens, start)
+        return slot.llm, keep, rows
+
+    def _next(self, prompt: str, top: int) -> dict[str, Any]:
+        """The next token's `top` likeliest alternatives and the greedy one. The prompt is evaluated from
+        its last line's first token as `_echo` evaluates a prompt that continues it, so that an option's
+        log-probability here is the one its echoed prompt gets."""
+        tokens, _, _, _, first = self._tokens(prompt, 1)
+        # One token more (its logits unused; attention is causal, so it changes no earlier row's value)
+        # makes the batch the one an echoed one-token option is evaluated in: llama.cpp's numbers depend
+        # on the batch's size.
+        llm, keep, rows = self._logits([*tokens, tokens[-1]], first - 1)
+        last, norm = rows[-2], float(_logsumexp(rows[-2:-1])[0])
+        best = int(np.argmax(last))
+        piece = llm.detokenize([best], prev_tokens=tokens).decode(errors="replace")
+        lp = float(last[best] - norm)
+        return {
+            "id": "cmpl-local",
+            "object": "text_completion",
+            "model": self.alias,
+            "choices": [
+                {
+                    "index": 0,
+                    "text": piece,
+                    "logprobs": {
+                        "tokens": [piece],
+                        "text_offset": [len(prompt)],
+                        "token_logprobs": [lp],
+                        "top_logprobs": [self._top(last, norm, piece, lp, top)],
+                    },
+                    "finish_reason": "length",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": len(tokens),
+                "completion_tokens": 1,
+                "total_tokens": len(tokens) + 1,
+                "prompt_tokens_details": {"cached_tokens": keep},
+            },
+        }
+
+    def _echo(self, prompt: str, top: int, max_tokens: int) -> dict[str, Any]:
+        tokens, bos, pieces, ends, first = self._tokens(prompt, max_tokens)
+        text = prompt
+        offsets = [0, *ends[:-1]]
+        start = first - 1  # logits from here on: row j predicts token start + j + 1
+        llm, keep, rows = self._logits(tokens, start)
         norm = _logsumexp(rows)
         scored = {
             i: float(rows[i - 1 - start, tokens[i]] - norm[i - 1 - start]) for i in range(first, len(tokens))
