@@ -71,6 +71,23 @@ def test_the_run_size_takes_each_methods_last_counts_and_sums_them_over_methods(
     assert size["evaluated_share"] == pytest.approx(1 - 70 / 170) and size["minutes"] == pytest.approx(12)
 
 
+def test_the_run_size_adds_the_counts_of_invocations_that_ran_a_methods_seeds_one_after_another(tmp_path):
+    # lww's seeds 0-1 ran in one invocation, seeds 2-3 in the next: its backend counted from 0 again
+    rows = [("lww", 3), ("lww", 5), ("lww", 2), ("lww", 4), ("tepa_rev", 6)]
+    for seed, (memory, calls) in enumerate(rows):
+        d = tmp_path / f"seed={seed}"
+        d.mkdir()
+        stats = {"calls": calls, "requests": 2 * calls, "prompt_tokens": 10 * calls}
+        meta = {"complete": True, "memory": memory, "n_episodes": 10, "backend_stats": stats, "files": {},
+                "started_at": f"2026-12-01T10:0{seed}:00+00:00",
+                "finished_at": f"2026-12-01T10:1{seed}:00+00:00"}  # fmt: skip
+        (d / "meta.json").write_text(json.dumps(meta))
+        (d / "episodes.parquet").write_bytes(b"")
+        (d / "archive.jsonl").write_bytes(b"")
+    size = summary.run_size(tmp_path)
+    assert size["requests"] == 2 * (5 + 4 + 6) and size["prompt_tokens"] == 10 * (5 + 4 + 6)
+
+
 @pytest.mark.parametrize("text", ["no markers", f"{summary.END}\n{summary.BEGIN}\n"])
 def test_a_readme_without_one_block_is_refused_in_one_line_and_left_as_it_was(tmp_path, capsys, text):
     readme = tmp_path / "README.md"

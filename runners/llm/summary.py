@@ -27,26 +27,32 @@ def run_size(runs: Path) -> dict[str, float]:
     from the first stream's start to the last one's end, over every complete stream under `runs`.
 
     A method's seeds run in one process through one backend, and each stream's meta.json records that
-    backend's counts as they stood when the stream ended; so a method's counts are those of its stream
-    that ended last (the largest), and the run's are their sum over methods."""
+    backend's counts as they stood when the stream ended; so one invocation's counts are those of its
+    stream that ended last (the largest). A method whose seeds ran in several invocations one after
+    another (batches of seeds, or a run stopped and resumed) shows it by counts that fall from one
+    stream to the next in the order they ended: its counts are the sum over those invocations, and the
+    run's the sum over methods."""
     metas = [json.loads((d / logformat.META).read_text(encoding="utf-8")) for d in find_runs(runs)]
     if not metas:
         raise ValueError(f"{runs}: no complete run")
-    last: dict[str, dict] = {}
-    for meta in metas:
+    last: list[dict] = []  # the counts of each invocation's last stream, per method
+    previous: dict[str, dict] = {}
+    for meta in sorted(metas, key=lambda m: datetime.fromisoformat(m["finished_at"])):
         stats = meta.get("backend_stats") or {}
-        seen = last.get(meta["memory"])
-        if seen is None or stats.get("calls", 0) >= seen.get("calls", 0):
-            last[meta["memory"]] = stats
-    counted = sum(s.get("server_counted_prompt_tokens", 0) for s in last.values())  # those it reported on
-    cached = sum(s.get("server_cached_tokens", 0) for s in last.values())
+        seen = previous.get(meta["memory"])
+        if seen is not None and stats.get("calls", 0) < seen.get("calls", 0):
+            last.append(seen)  # a new invocation began: the one before it ended with `seen`
+        previous[meta["memory"]] = stats
+    last += previous.values()
+    counted = sum(s.get("server_counted_prompt_tokens", 0) for s in last)  # those it reported on
+    cached = sum(s.get("server_cached_tokens", 0) for s in last)
     start = min(datetime.fromisoformat(m["started_at"]) for m in metas)
     end = max(datetime.fromisoformat(m["finished_at"]) for m in metas)
     return {
         "streams": len(metas),
         "decisions": sum(m["n_episodes"] for m in metas),
-        "requests": sum(s.get("requests", 0) for s in last.values()),
-        "prompt_tokens": sum(s.get("prompt_tokens", 0) for s in last.values()),
+        "requests": sum(s.get("requests", 0) for s in last),
+        "prompt_tokens": sum(s.get("prompt_tokens", 0) for s in last),
         "evaluated_share": 1 - cached / counted if counted else float("nan"),
         "minutes": (end - start).total_seconds() / 60,
     }
