@@ -15,10 +15,9 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-from analysis.data.atomic import refuse_special
 from analysis.data.load import load_runs
 from analysis.data.validate import check_options, check_reference
-from analysis.metrics import DEFAULT_TOLERANCE, DEFAULT_WINDOW, INTERVALS, analyse
+from analysis.metrics.compute import DEFAULT_TOLERANCE, DEFAULT_WINDOW, INTERVALS, analyse
 from analysis.report import manifest
 from analysis.report.ablation import ablation_table
 from analysis.report.figures import (
@@ -34,6 +33,7 @@ from analysis.report.memory_report import memory_jobs, memory_tables, section
 from analysis.report.readme import SIMULATED_BACKEND_NOTE, inventory, write_report
 from analysis.report.tables import SCORECARD, Table, build_tables, write_tables
 from analysis.selection import experiments_under, selection, unmatched
+from analysis.streamlog.atomic import refuse_special
 
 log = logging.getLogger("analysis")
 #: Where `python -m analysis` writes by default: beside the committed results, never over them (the

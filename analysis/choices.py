@@ -27,9 +27,9 @@ from typing import Any
 import pandas as pd
 from omegaconf import OmegaConf
 
-from analysis.data import logformat
 from analysis.data.load import find_runs
 from analysis.report.tables import markdown_table, publish_table
+from analysis.streamlog import stream as logformat
 from runners.agent.loop import _logged_replies, run_stream
 from runners.agent.prompt import EVIDENCE_LINE, OPTION_LINE
 from runners.agent.replay import read_records

@@ -29,12 +29,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from matplotlib.figure import Figure
 
-from analysis.data.atomic import refuse_special
 from analysis.data.load import read_events
-from analysis.data.logformat import ARCHIVE, EPISODES, read_meta, verify
 from analysis.data.validate import check_episodes, unwritable
 from analysis.report.figures import save_figure
 from analysis.report.timeline import busiest_key, draw_timeline, legend_handles, read_lifecycle, read_phases
+from analysis.streamlog.atomic import refuse_special
+from analysis.streamlog.stream import ARCHIVE, EPISODES, read_meta, verify
 
 # C0 and C1 controls but newline and tab, DEL, the Unicode line separators and the bidirectional overrides.
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")

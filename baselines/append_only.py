@@ -8,7 +8,7 @@ from itertools import chain
 from operator import attrgetter
 
 from tepa.evidence import Evidence, Observation, Query, check_observation
-from tepa.retrieval import DEFAULT_TOP_K, rank
+from tepa.retrieval.rank import DEFAULT_TOP_K, rank
 from tepa.validation import check_int
 
 _REF = attrgetter("ref")

@@ -9,7 +9,7 @@ metadata filter, as every method's keyed retrieval does.
 
 Offline by construction: mem0's in-process vector store (Qdrant in memory, one collection per
 instance), its history in an in-memory SQLite database, the harness's local embedding model as its
-embedder (`runners.embed.local`, vectors cached per text), telemetry off, and mem0's home folder (where
+embedder (`tepa.retrieval.local`, vectors cached per text), telemetry off, and mem0's home folder (where
 it keeps a config.json) in a temporary folder removed when the process ends. With `infer=False` (the
 default) mem0 stores each observation as it is; with `infer=True` its own LLM extraction decides what
 to store, from an OpenAI-compatible endpoint (`llm_base_url`, `llm_model`). mem0's feedback and phase
@@ -22,7 +22,7 @@ within one more read; the client's own default allows 10 minutes per read, ~30 m
 retries), and reads at most `runners.llm.capped_transport.MAX_BODY_BYTES`, with `llm_max_retries` retries
 on timeouts, 408/409/429 and 5xx; then the stream stops with one line and a rerun resumes it. The key
 (read from `llm_api_key_env`) is redacted from that line and from the memories handed back, and registered
-with the log filter that redacts it from mem0's own log records under a run (`runners.llm.secrets`).
+with the log filter that redacts it from mem0's own log records under a run (`tepa.redact`).
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from typing import Any
 import numpy as np
 from hydra.errors import CompactHydraException
 
-from runners.llm.secrets import register, scrub
 from tepa.evidence import Evidence, Observation, Query, check_observation
-from tepa.retrieval import DEFAULT_TOP_K
+from tepa.redact import register, scrub
+from tepa.retrieval.rank import DEFAULT_TOP_K
 from tepa.validation import check_int
 
 INSTALL = "pip install 'tepa-harness[adapters]'"
@@ -80,8 +80,8 @@ def _mem0() -> Any:
 @functools.cache
 def _embedder() -> Any:
     """The harness's local embedding model, cached per text, as mem0's embedder (one per process)."""
-    from runners.embed.cache import CachedEmbedder
-    from runners.embed.local import LocalEmbedder, fingerprint
+    from tepa.retrieval.cache import CachedEmbedder
+    from tepa.retrieval.local import LocalEmbedder, fingerprint
 
     return CachedEmbedder(LocalEmbedder(), str(fingerprint()), None)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tepa.evidence import Evidence, Observation, Query, check_observation
-from tepa.retrieval import DEFAULT_TOP_K
+from tepa.retrieval.rank import DEFAULT_TOP_K
 from tepa.validation import check_int
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from baselines.append_only import AppendOnly
-from tepa.retrieval import DEFAULT_TOP_K
+from tepa.retrieval.rank import DEFAULT_TOP_K
 
 
 class OracleReset(AppendOnly):

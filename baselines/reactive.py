@@ -6,7 +6,7 @@ from collections.abc import Hashable
 
 from baselines.append_only import AppendOnly
 from tepa.evidence import Evidence
-from tepa.retrieval import DEFAULT_TOP_K
+from tepa.retrieval.rank import DEFAULT_TOP_K
 from tepa.validation import check_int
 
 

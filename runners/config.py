@@ -38,13 +38,13 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from analysis.data.validate import unwritable
-from analysis.record import INT64_MAX
+from analysis.streamlog.record import INT64_MAX
 from envs.base import Environment
 from runners.embed.retrieval import RetrievalSpec, check_retrieval
 from runners.llm.backend import Backend
-from runners.llm.secrets import KEY_SHAPED
 from runners.registry import HARNESS_KEYS, import_target, require_class
 from tepa.protocol import Memory, missing_members
+from tepa.redact import KEY_SHAPED
 
 # Keys of a component node that configure the harness, not the class: never passed to the constructor.
 RESERVED = frozenset({"_target_", *HARNESS_KEYS})

@@ -38,7 +38,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from analysis.data.logformat import PARTIAL_EPISODES, partial_summary, stream_dir
+from analysis.streamlog.stream import PARTIAL_EPISODES, StreamLog, differences, partial_summary, stream_dir
 from runners import plan
 from runners.agent.loop import ReplayMismatch, replay_problem, run_stream
 from runners.compose import CONF_DIR, PROJECT_ROOT
@@ -47,9 +47,8 @@ from runners.launch import jobs, slots
 from runners.launch.preflight import check_command_line
 from runners.launch.progress import job_label
 from runners.llm.backend import BackendExhausted, total_stats
-from runners.llm.secrets import scrub_logs
 from runners.store.identity import Variant, stream_identity, variant_of
-from runners.store.runlog import StreamLog, differences
+from tepa.redact import scrub_logs
 
 log = logging.getLogger(__name__)
 # conf/hydra/launcher/{joblib,submitit_slurm}.yaml set this project's launcher defaults under the

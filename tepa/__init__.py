@@ -1,5 +1,5 @@
 """TEPA: revocable evidence memory for language agents (the mechanism; of the project's other packages
-it imports only the log vocabulary, `analysis.events`).
+it imports only the shared log model, `analysis.streamlog`).
 
 The names below are imported on first use, so that importing one module (the protocol, the evidence
 types) does not import every memory method.

@@ -10,16 +10,16 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
-from analysis.events import EVENTS, FIELDS, STATES
+from analysis.streamlog.events import EVENTS, FIELDS, STATES
 from tepa.precedent import LifecycleEvent, Precedent
 
 __all__ = ["EVENTS", "EVENT_LAYOUT", "STATES", "Archive"]
 
 _new_event = tuple.__new__  # a LifecycleEvent from its full field tuple, without NamedTuple's slower __new__
 
-#: The fields of a logged event, in order, with their types (`runners.store.runlog` writes rows of exactly
-#: this layout from a template); the event names and states are `EVENTS` and `STATES`, defined with the
-#: fields in `analysis.events`, which the analysis reads them from.
+#: The fields of a logged event, in order, with their types (`analysis.streamlog.encoding` writes rows of
+#: exactly this layout from a template); the event names and states are `EVENTS` and `STATES`, defined
+#: with the fields in `analysis.streamlog.events`, which the analysis reads them from.
 EVENT_LAYOUT: tuple[tuple[str, type], ...] = tuple(FIELDS.items())
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from numbers import Integral
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
-    from tepa.retrieval import Ranker
+    import numpy as np
 
 
 class Observation(NamedTuple):
@@ -26,11 +26,20 @@ class Observation(NamedTuple):
     source: str = ""
 
 
+class Ranker(Protocol):
+    """Scores documents against a query text (higher: more similar), one float per document.
+    `positive_only`: whether an item must score above 0 to be retrieved (BM25: it shares a term)."""
+
+    positive_only: bool
+
+    def scores(self, query: str, docs: list[str]) -> np.ndarray: ...
+
+
 class Query(NamedTuple):
     """What the agent needs memory for: the task's key when it has one, and its text for ranking.
 
     `ranker` is how a query without a key ranks items against its text (None: BM25 over key, value and
-    text); a similarity retrieval mode (`tepa.retrieval.similarity_query`) sets it and drops the key.
+    text); a similarity retrieval mode (`tepa.retrieval.rank.similarity_query`) sets it and drops the key.
     """
 
     key: Hashable | None = None

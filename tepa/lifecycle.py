@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 from tepa.archive import Archive
 from tepa.evidence import Evidence, Observation, Query, check_observation
 from tepa.precedent import Precedent, State
-from tepa.retrieval import DEFAULT_TOP_K, rank
+from tepa.retrieval.rank import DEFAULT_TOP_K, rank
 from tepa.validation import check_bool, check_choice, check_int, check_positive, check_unit
 
 _HYPOTHESIS, _ACTIVE, _REVOKED = State.HYPOTHESIS, State.ACTIVE, State.REVOKED

@@ -10,7 +10,7 @@ through the calls the agent loop makes (observe, retrieve, feedback, phase bound
   replay a stream and must end where an uninterrupted one does);
 - the optional hooks keep their contracts: `drain_events` returns a list of events and hands out each
   event once (a memory with `set_trial` is first given `trial`, a stand-in for the environment's);
-- every event is in the vocabulary the analysis reads (`analysis.events`): all of its fields with
+- every event is in the vocabulary the analysis reads (`analysis.streamlog.events`): all of its fields with
   their types, a known event name and state, the state the event implies (promoted and repromoted:
   active, revoked: revoked), an id's first event `created`, and one key and value per id.
 """
@@ -21,7 +21,7 @@ import random
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-from analysis.events import EVENTS, FIELDS, STATE_AFTER, STATES
+from analysis.streamlog.events import EVENTS, FIELDS, STATE_AFTER, STATES
 from tepa.evidence import Evidence, Observation, Query
 from tepa.protocol import EventMemory, Memory, TrialFn, TrialMemory, missing_members
 
@@ -148,7 +148,7 @@ def _drained(memory: Memory, i: int, precedents: dict[int, tuple[str, str]]) -> 
 
 
 def _check_event(event: dict[str, Any], i: int, precedents: dict[int, tuple[str, str]]) -> None:
-    """One drained event against the vocabulary (`analysis.events`); `precedents` learns its id."""
+    """One drained event against the vocabulary (`analysis.streamlog.events`); `precedents` learns its id."""
     for name, kind in FIELDS.items():
         if name not in event:
             _fail("events", f"call {i}: an event lacks {name!r} (every event has {', '.join(FIELDS)})")

@@ -7,7 +7,7 @@ from fractions import Fraction
 
 from tepa.lifecycle import PrecedentMemory
 from tepa.precedent import Precedent, State
-from tepa.retrieval import DEFAULT_TOP_K
+from tepa.retrieval.rank import DEFAULT_TOP_K
 from tepa.validation import check_int
 
 TRIAL_KINDS = ("support", "counterfactual", "contamination")

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from tepa.evidence import Evidence, Observation, Query, check_observation
-from tepa.retrieval import DEFAULT_TOP_K, rank
+from tepa.retrieval.rank import DEFAULT_TOP_K, rank
 from tepa.validation import check_int
 
 

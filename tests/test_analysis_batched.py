@@ -11,7 +11,7 @@ import pytest
 import scipy.stats
 
 from analysis import stats
-from analysis.metrics import _pollution
+from analysis.metrics.compute import _pollution
 from analysis.stats import _mean, bootstrap_cis, mean_cis
 
 N_RESAMPLES = 2000

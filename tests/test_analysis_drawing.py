@@ -15,7 +15,7 @@ import pytest
 
 import analysis.__main__ as cli
 from analysis.data.load import load_runs
-from analysis.metrics import analyse
+from analysis.metrics.compute import analyse
 from analysis.report.figures import metric_jobs, success_jobs, timeline_jobs
 from tests.test_analysis_outputs import ROOT, runs_root  # noqa: F401  (runs_root: the shared fixture)
 

@@ -7,22 +7,21 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from analysis.metrics import (
+from analysis.metrics.compute import (
     OVERALL,
     adaptation,
-    env_label,
     mpi,
     paired_tests,
     phase_orders,
     recovery_lag,
     run_costs,
-    sorted_methods,
     success_per_seed,
     summarize_adaptation,
     summarize_success,
     sweep_method,
     swept_parameters,
 )
+from analysis.metrics.display import env_label, sorted_methods
 from analysis.stats import holm
 
 SETTING = ("exp", "env")

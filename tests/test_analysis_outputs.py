@@ -12,8 +12,8 @@ import pytest
 
 from analysis.__main__ import main
 from analysis.data.load import load_runs
-from analysis.data.logformat import file_record
 from analysis.report.tables import Table, interval, latex_escape, number, pvalue, to_latex, to_markdown
+from analysis.streamlog.stream import file_record
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = (("stable", 30), ("full_reversal", 30), ("partial_reversal", 30), ("return", 30))

@@ -14,7 +14,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.data.logformat import EPISODES, META, PARTIAL_EPISODES
+from analysis.streamlog.stream import EPISODES, META, PARTIAL_EPISODES
 from runners.llm.backend import BackendExhausted, Request
 from runners.llm.openai_backend import OpenAIBackend
 from runners.run import PROJECT_ROOT, RunStopped

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hydra.errors import ConfigCompositionException, HydraException
 
-from analysis.metrics import METHOD_ORDER
+from analysis.metrics.display import METHOD_ORDER
 from runners.compose import compose_config, compose_spec
 from runners.config import ConfigError, validate
 from runners.registry import memory_names, swept_memories

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runners.embed import local
+from tepa.retrieval import local
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(
     bool(local.missing_packages()), reason="the local embedding model's packages are not installed"
 )
 
-_EMBED = "from runners.embed.local import LocalEmbedder; print(LocalEmbedder()(['a memory text']).shape)"
+_EMBED = "from tepa.retrieval.local import LocalEmbedder; print(LocalEmbedder()(['a memory text']).shape)"
 
 
 def test_loading_the_local_model_and_embedding_a_text_leaves_an_empty_home_folder_empty(tmp_path):

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from runners.config import ConfigError
-from runners.embed import local
-from runners.embed.cache import CachedEmbedder
 from runners.embed.endpoint import EndpointEmbedder, EndpointError
 from runners.embed.retrieval import check_retrieval
+from tepa.retrieval import local
+from tepa.retrieval.cache import CachedEmbedder
 from tests.helpers.embeddings import embeddings_body, vector
 from tests.helpers.stub_server import StubReply
 

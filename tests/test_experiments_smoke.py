@@ -16,7 +16,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import get_class
 
-from analysis.data.logformat import EPISODES, META
+from analysis.streamlog.stream import EPISODES, META
 from runners.compose import CONF_DIR, compose_config
 from runners.llm.openai_backend import OpenAIBackend
 from tests.conftest import TINY_EPISODES

@@ -13,8 +13,9 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
-from analysis import memory_quality as mq
-from analysis.metrics import MEMORY_CONF, OVERALL
+from analysis.metrics import memory_quality as mq
+from analysis.metrics.compute import OVERALL
+from analysis.metrics.display import MEMORY_CONF
 from analysis.report.figures import method_colors, success_over_time
 from analysis.report.memory_report import memory_table
 from analysis.stats import MIN_BOOTSTRAP_SEEDS
@@ -42,7 +43,7 @@ def _colors_with_registry(conf: Path, methods: list[str]) -> dict[str, str]:
     code = (
         "import json, sys\n"
         "from pathlib import Path\n"
-        "import analysis.metrics as m\n"
+        "import analysis.metrics.display as m\n"
         "m.METHOD_LABELS = m.read_methods(Path(sys.argv[1]))\n"
         "m.METHOD_ORDER = tuple(m.METHOD_LABELS)\n"
         "from analysis.report.figures import method_colors\n"

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from analysis.__main__ import main
-from analysis.data.logformat import MAX_DEPTH, read_meta, verify
+from analysis.streamlog.stream import MAX_DEPTH, read_meta, verify
 from tests.test_analysis_outputs import reseal, write_run
 
 
@@ -313,7 +313,7 @@ def test_a_fifo_in_place_of_meta_json_or_a_log_never_blocks(runs, tmp_path, capl
 
 @pytest.mark.parametrize("spoil", ["nested", "fifo"])
 def test_the_runner_moves_a_stream_with_an_unreadable_meta_json_aside_without_waiting(tmp_path, spoil):
-    from runners.store.runlog import StreamLog
+    from analysis.streamlog.stream import StreamLog
 
     log = StreamLog(tmp_path / "s", {"seed": 0})
     log.open([])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.record import INT64_MAX
+from analysis.streamlog.record import INT64_MAX
 from envs.memoryagentbench.data import DataError, FactConsolidationRecord, load_mquake_templates
 from envs.memoryagentbench.env import MemoryAgentBench
 from envs.memoryagentbench.parse import parse_source

@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from runners.embed import EmbeddingError
-from runners.embed.cache import CachedEmbedder
 from runners.embed.endpoint import EndpointEmbedder, EndpointError
 from runners.embed.retrieval import _ranker, check_retrieval
+from tepa.retrieval import EmbeddingError
+from tepa.retrieval.cache import CachedEmbedder
 from tests.helpers.embeddings import DIMS, embeddings_body, vector
 from tests.helpers.runner import cli
 from tests.helpers.stub_server import StubReply
@@ -241,7 +241,7 @@ def test_a_damaged_cache_is_moved_aside_with_one_warning_and_computed_again(tmp_
     path = tmp_path / "cache.sqlite"
     damage(path)
     calls: list[list[str]] = []
-    with caplog.at_level(logging.WARNING, logger="runners.embed.cache"):
+    with caplog.at_level(logging.WARNING, logger="tepa.retrieval.cache"):
         cached = CachedEmbedder(_fake_embed(calls), "m", str(path), dims=DIMS)
         vectors = cached(["red apple", "blue sky"])
     assert np.allclose(vectors, [vector("red apple"), vector("blue sky")], atol=1e-6)

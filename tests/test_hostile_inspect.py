@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.data.logformat import EPISODES, META
 from analysis.inspect import main
+from analysis.streamlog.stream import EPISODES, META
 from tests.helpers.runner import run_overrides
 
 

@@ -14,10 +14,10 @@ import pytest
 from baselines.mem0_memory import Mem0Error, Mem0Memory
 from runners.compose import compose_config
 from runners.config import validate
-from runners.llm.secrets import REDACTED, SCRUBBING_FILTER, register
 from runners.run import CONF_DIR
 from runners.store.identity import stream_identity, variant_of
 from tepa.evidence import Observation, Query
+from tepa.redact import REDACTED, SCRUBBING_FILTER, register
 from tests.helpers.hostile import SENTINEL, TINY, files_containing, one_line_error
 from tests.helpers.runner import cli
 from tests.helpers.stub_server import StubReply, completion

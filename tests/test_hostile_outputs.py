@@ -141,7 +141,7 @@ def test_every_analysis_output_is_written_to_a_temporary_file_and_renamed_into_p
 
 def test_a_kill_while_the_manifest_is_written_leaves_the_previous_one_whole(kept_folder, caplog, monkeypatch):
     """Ctrl-C arrives while the new manifest.json is being written (before it reaches the disk)."""
-    from analysis.data import atomic
+    from analysis.streamlog import atomic
 
     paper, own, out = kept_folder
     before = (out / "manifest.json").read_bytes()

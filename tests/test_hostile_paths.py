@@ -10,10 +10,9 @@ import os
 
 import pytest
 
-from analysis.data import atomic
-from analysis.data.logformat import EPISODES
-from runners.store import runlog
-from runners.store.runlog import LogUnwritable
+from analysis.streamlog import atomic
+from analysis.streamlog import stream as runlog
+from analysis.streamlog.stream import EPISODES, LogUnwritable
 from tests.helpers.hostile import TINY, one_line_error, run
 from tests.helpers.runner import cli
 

@@ -16,11 +16,10 @@ import pyarrow as pa
 import pytest
 
 from analysis.__main__ import main as analyse
-from analysis.data.logformat import ARCHIVE, EPISODES, PARTIAL_EPISODES
 from analysis.inspect import main as inspect
 from analysis.map.__main__ import main as analyse_map
+from analysis.streamlog.stream import ARCHIVE, EPISODES, PARTIAL_EPISODES, StreamLog
 from runners.agent.loop import replay_problem
-from runners.store.runlog import StreamLog
 from tests.helpers.runner import run_overrides
 from tests.test_analysis_outputs import reseal, write_run
 from tests.test_map_report import SPEC

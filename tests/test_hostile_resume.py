@@ -12,7 +12,7 @@ import logging
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.data.logformat import ARCHIVE, EPISODES, PARTIAL_EPISODES
+from analysis.streamlog.stream import ARCHIVE, EPISODES, PARTIAL_EPISODES
 from envs.controlled_drift import ControlledDrift
 from tests.helpers.runner import run_overrides
 

@@ -13,7 +13,7 @@ import sqlite3
 import pyarrow.parquet as pq
 import pytest
 
-from runners.llm.secrets import scrub
+from tepa.redact import scrub
 from tests.helpers.hostile import SENTINEL, TINY, files_containing, one_line_error, run
 from tests.helpers.runner import cli
 from tests.helpers.stub_server import StubReply, completion

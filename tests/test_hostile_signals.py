@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.data.logformat import PARTIAL_EPISODES
+from analysis.streamlog.stream import PARTIAL_EPISODES
 from runners.launch import jobs
 from runners.llm.local.serve import free_port, port_in_use
 from runners.llm.local.serve import main as serve_main

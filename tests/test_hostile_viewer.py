@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.data.logformat import file_record
+from analysis.streamlog.stream import file_record
 from analysis.view.__main__ import main
 from tests.test_view import EVENTS, open_page, write_stream
 

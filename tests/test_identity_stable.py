@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 
-from analysis.data.logformat import fingerprint
+from analysis.streamlog.encoding import fingerprint
 from runners.config import validate
 from runners.run import CONF_DIR
 from runners.store.identity import stream_identity, variant_of

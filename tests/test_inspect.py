@@ -14,10 +14,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.data.logformat import EPISODES, META, file_record
 from analysis.inspect import main, timeline, timeline_title
-from analysis.record import SAMPLE
 from analysis.report.timeline import busiest_key, read_lifecycle
+from analysis.streamlog.record import SAMPLE
+from analysis.streamlog.stream import EPISODES, META, file_record
 from envs.controlled_drift import ControlledDrift
 from runners.agent.replay import replay_decision
 from runners.llm.backend import Reply, Request

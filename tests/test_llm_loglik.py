@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from omegaconf import OmegaConf
 
-from analysis.data.logformat import EPISODES
+from analysis.streamlog.stream import EPISODES
 from envs.base import Task
 from runners.agent.prompt import labels_for, render
 from runners.llm.backend import Request

@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.data.logformat import EPISODES, META
+from analysis.streamlog.stream import EPISODES, META
 from runners.llm.local.serve import free_port, port_in_use
 from runners.run import PROJECT_ROOT
 from tests.helpers.fault_proxy import FaultProxy, FaultRates

@@ -7,7 +7,7 @@ import urllib.error
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.data.logformat import EPISODES
+from analysis.streamlog.stream import EPISODES
 from envs.base import Environment
 from envs.memoryagentbench import data as mab_data
 from envs.memoryagentbench.data import (

@@ -3,8 +3,8 @@ analysis writes its outputs, and a rerun skips every complete stream."""
 
 import json
 
-from analysis.data.logformat import META
 from analysis.map.__main__ import main as analyse
+from analysis.streamlog.stream import META
 from runners.map.__main__ import main as run_map
 
 

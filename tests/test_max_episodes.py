@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.data.logformat import EPISODES, PARTIAL_EPISODES
+from analysis.streamlog.stream import EPISODES, PARTIAL_EPISODES
 from runners.config import ConfigError
 from runners.store.identity import stream_identity
 from tests.helpers.runner import run_overrides

@@ -11,7 +11,7 @@ import pytest
 from baselines.mem0_memory import Mem0Error, Mem0Memory
 from tepa import check_memory
 from tepa.evidence import Observation, Query
-from tepa.retrieval import BM25Ranker, similarity_query
+from tepa.retrieval.rank import BM25Ranker, similarity_query
 from tests.helpers.stub_server import StubReply, completion
 
 

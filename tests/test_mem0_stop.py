@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.data.logformat import PARTIAL_EPISODES
+from analysis.streamlog.stream import PARTIAL_EPISODES
 from runners.run import PROJECT_ROOT
 
 pytest.importorskip("mem0")

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from analysis.events import EVENTS, FIELDS, STATES
+from analysis.streamlog.events import EVENTS, FIELDS, STATES
 from tepa import MemoryCheckError, check_memory
 from tepa.archive import EVENT_LAYOUT
 from tepa.precedent import State

@@ -20,19 +20,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis import memory_quality as mq
 from analysis.data.load import load_runs
-from analysis.data.logformat import EPISODES, parquet_bytes
-from analysis.metrics import OVERALL, analyse
-from analysis.record import QUALITY, SAMPLE
+from analysis.metrics import memory_quality as mq
+from analysis.metrics.compute import OVERALL, analyse
 from analysis.report.memory_report import section
-from analysis.staleness import episode_quality, is_stale
+from analysis.streamlog.encoding import parquet_bytes
+from analysis.streamlog.record import QUALITY, SAMPLE
+from analysis.streamlog.staleness import episode_quality, is_stale
+from analysis.streamlog.stream import EPISODES, StreamLog
 from baselines.append_only import AppendOnly
 from envs.base import EnvironmentBase, Outcome, Task
 from runners.agent.loop import run_stream
 from runners.agent.sample import evidence_json
 from runners.llm.backend import Reply, Request
-from runners.store.runlog import StreamLog
 from tepa.evidence import Evidence, Observation
 
 

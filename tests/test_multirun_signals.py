@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.data.logformat import META, PARTIAL_EPISODES
+from analysis.streamlog.stream import META, PARTIAL_EPISODES
 from runners.run import PROJECT_ROOT
 
 # Three jobs of 40,000 episodes, two at a time.

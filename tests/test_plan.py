@@ -9,7 +9,7 @@ import resource
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.data.logformat import EPISODES, PARTIAL_EPISODES
+from analysis.streamlog.stream import EPISODES, PARTIAL_EPISODES
 from runners.compose import compose_spec
 from runners.config import ConfigError
 from runners.plan import money

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.data.load import ANALYSIS_COLUMNS
-from analysis.data.logformat import parquet_bytes
-from analysis.record import COLUMNS, COUNTERS, FIELDS, LABELS, STATE_COUNTS, TYPES
+from analysis.streamlog.encoding import parquet_bytes
+from analysis.streamlog.record import COLUMNS, COUNTERS, FIELDS, LABELS, STATE_COUNTS, TYPES
 from envs.controlled_drift import ControlledDrift
 from runners.agent.loop import run_stream
 from runners.llm.simulated.reader import SimulatedBackend

@@ -11,10 +11,18 @@ import time
 
 import pytest
 
-from analysis.data.logformat import ARCHIVE, EPISODES, META, PARTIAL_EPISODES, parquet_bytes
+from analysis.streamlog.encoding import parquet_bytes
+from analysis.streamlog.stream import (
+    ARCHIVE,
+    EPISODES,
+    FLUSH_EVERY,
+    META,
+    PARTIAL_EPISODES,
+    StreamLog,
+    atomic_write_bytes,
+)
 from envs.controlled_drift import ControlledDrift
 from runners.run import PROJECT_ROOT
-from runners.store.runlog import FLUSH_EVERY, StreamLog, atomic_write_bytes
 from tests.helpers.runner import run_overrides
 
 
@@ -137,7 +145,7 @@ def test_completeness_needs_every_file_and_the_mark(tmp_path):
 
 
 def test_the_partial_log_is_written_in_whole_batches_and_completely_on_close(tmp_path, monkeypatch):
-    monkeypatch.setattr("runners.store.runlog.FLUSH_EVERY_S", 3600.0)  # batches by count only
+    monkeypatch.setattr("analysis.streamlog.stream.FLUSH_EVERY_S", 3600.0)  # batches by count only
     log = StreamLog(tmp_path / "s", {"seed": 0})
     log.open([])
     partial = log.dir / PARTIAL_EPISODES

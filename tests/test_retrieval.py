@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import tepa.retrieval as retrieval
+import tepa.retrieval.rank as retrieval
 from tepa.evidence import Evidence, Query
-from tepa.retrieval import bm25_scores, rank, tokenize
+from tepa.retrieval.rank import bm25_scores, rank, tokenize
 
 
 def reference_bm25(query: str, docs: list[str], k1: float = 1.5, b: float = 0.75) -> list[float]:

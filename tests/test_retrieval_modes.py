@@ -15,7 +15,7 @@ from runners.embed.retrieval import check_retrieval
 from runners.registry import build_memory, memory_names
 from runners.store.identity import stream_identity, variant_of
 from tepa.evidence import Evidence, Observation
-from tepa.retrieval import BM25Ranker, DenseRanker, document, rank, similarity_query
+from tepa.retrieval.rank import BM25Ranker, DenseRanker, document, rank, similarity_query
 from tests.helpers.embeddings import vector
 
 

@@ -11,7 +11,7 @@ import textwrap
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.data.logformat import ARCHIVE, EPISODES, META, PARTIAL_EPISODES
+from analysis.streamlog.stream import ARCHIVE, EPISODES, META, PARTIAL_EPISODES
 from runners.config import ConfigError
 from runners.run import PROJECT_ROOT
 from tests.helpers.runner import run_overrides
@@ -108,7 +108,7 @@ def test_a_changed_setting_is_another_stream_beside_the_first(tmp_path):
 
 USER_CODE = textwrap.dedent(
     '''
-    from tepa.retrieval import rank
+    from tepa.retrieval.rank import rank
     from envs.controlled_drift import ControlledDrift
 
 

@@ -19,11 +19,10 @@ import pytest
 
 from analysis.__main__ import main as analysis_main
 from analysis.data.load import load_runs
-from analysis.data.logformat import ARCHIVE, EPISODES, META, PARTIAL_EPISODES, file_record
+from analysis.streamlog.stream import ARCHIVE, EPISODES, META, PARTIAL_EPISODES, StreamLog, file_record
 from envs.controlled_drift import ControlledDrift
 from runners.bench import suite as bench
 from runners.run import PROJECT_ROOT, RunSummary
-from runners.store.runlog import StreamLog
 from tests.helpers.runner import run_overrides
 from tests.helpers.shared_data import require_data
 
@@ -334,7 +333,7 @@ def test_a_second_process_waits_for_the_stream_and_never_writes_beside_the_first
 
 def test_the_lock_of_a_killed_writer_does_not_hold_a_rerun(tmp_path):
     d = tmp_path / "runs" / "adhoc" / "controlled_drift" / "lww" / TINY / "seed=0"
-    code = "import sys; from runners.store.runlog import StreamLog; import pathlib, os, signal; "
+    code = "import sys; from analysis.streamlog.stream import StreamLog; import pathlib, os, signal; "
     code += f"s = StreamLog(pathlib.Path({str(d)!r}), {{}}); assert s.try_acquire() is None; "
     code += "os.kill(os.getpid(), signal.SIGKILL)"
     killed = subprocess.run([sys.executable, "-c", code], env=ENV, timeout=60)

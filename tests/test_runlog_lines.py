@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.data.logformat import dumps, jsonl_bytes
+from analysis.streamlog.encoding import dumps, jsonl_bytes
 from tepa.archive import EVENT_LAYOUT
 from tepa.evidence import Observation
 from tepa.tepa_rev import TEPARev

@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.metrics import Analysis
+from analysis.metrics.compute import Analysis
 from analysis.reference import paper
 from analysis.reference.scorecard import REASONS, scorecard
 

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from analysis.data.logformat import META
+from analysis.streamlog.stream import META
 from runners.run import PROJECT_ROOT
 
 TINY = ("env.phase_length=4",)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tepa import Memory, Observation, Query, State, TEPARev
-from tepa.retrieval import DEFAULT_TOP_K
+from tepa.retrieval.rank import DEFAULT_TOP_K
 
 KEY = "door"
 

@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 from matplotlib.image import imread
 
-from analysis.data.logformat import file_record
-from analysis.record import QUALITY, SAMPLE, EpisodeRecord
-from analysis.staleness import episode_quality
+from analysis.streamlog.record import QUALITY, SAMPLE, EpisodeRecord
+from analysis.streamlog.staleness import episode_quality
+from analysis.streamlog.stream import file_record
 from analysis.view.__main__ import main
 from analysis.view.sample import BOUNDARY
 from analysis.view.samples import decode, stale_lines

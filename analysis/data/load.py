@@ -7,13 +7,13 @@ the episode rows, not from the path. Directories the runner moved aside (`seed=0
 runs.
 
 A run is trusted only once its files verify against the checksums its meta.json records
-(`analysis.data.logformat.verify`, the runner's own check) and its episode columns pass
+(`analysis.streamlog.stream.verify`, the runner's own check) and its episode columns pass
 `analysis.data.validate.check_episodes`. Otherwise the analysis stops with one ValueError naming the file
 (and the column) and what is wrong, before anything is written: rerunning the experiment's command
 moves a damaged stream aside and redoes it.
 
 Each run's logged sample (`evidence`, `truth`) is turned into its per-episode memory-quality columns
-as it is read (`analysis.memory_quality`), and the text is not kept. A run logged before the sample
+as it is read (`analysis.metrics.memory_quality`), and the text is not kept. A run logged before the sample
 existed, or whose environment reports no truth, reads with those columns empty (NaN), and the load says
 so in one line: it is analysed as before, without memory metrics.
 """
@@ -34,11 +34,11 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from analysis import memory_quality
-from analysis.data import logformat
 from analysis.data.validate import check_episodes, check_range
-from analysis.record import COUNTERS, QUALITY, STATE_COUNTS
-from analysis.record import LABELS as RUN_LABELS
+from analysis.metrics import memory_quality
+from analysis.streamlog import stream
+from analysis.streamlog.record import COUNTERS, QUALITY, STATE_COUNTS
+from analysis.streamlog.record import LABELS as RUN_LABELS
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,8 @@ REQUIRED_COLUMNS = (*LABELS, "t", "phase", "success")
 #: events fast.
 EVENT_SCHEMA = pa.schema([("event", pa.string()), ("t", pa.int64()), ("id", pa.int64())])
 _EVENT_PARSING = pj.ParseOptions(explicit_schema=EVENT_SCHEMA, unexpected_field_behavior="ignore")
-#: The episode columns the analysis uses (see `analysis.record`); the others (task keys, actions, raw
-#: replies) are not read, which keeps loading a full reproduction fast. Counters a run lacks read as 0.
+#: The episode columns the analysis uses (see `analysis.streamlog.record`); the others (task keys, actions,
+#: raw replies) are not read, which keeps loading a full reproduction fast. Counters a run lacks read as 0.
 ANALYSIS_COLUMNS = (*REQUIRED_COLUMNS, "prompt_tokens", *COUNTERS, *STATE_COUNTS)
 #: Threads reading run files concurrently.
 _READERS = 4
@@ -71,7 +71,7 @@ class RunLogs:
     `event` and `count` (one row per run and kind it logged).
     runs: one row per run: `run`, the labels, `n_episodes`, `config` (meta.json flattened to dotted
     keys, e.g. "config.memory.theta_rev") and `sample` (whether its memory metrics could be computed,
-    `analysis.memory_quality.LOGGED`, or why not).
+    `analysis.metrics.memory_quality.LOGGED`, or why not).
     """
 
     episodes: pd.DataFrame
@@ -102,14 +102,14 @@ def find_runs(root: str | Path, experiments: Callable[[str], bool] | None = None
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"root: {root} is not a directory")
-    metas = root.rglob(logformat.META)
-    candidates = sorted(p.parent for p in metas if not logformat.is_aside(p.parent.relative_to(root)))
+    metas = root.rglob(stream.META)
+    candidates = sorted(p.parent for p in metas if not stream.is_aside(p.parent.relative_to(root)))
     if experiments is not None:
         candidates = [c for c in candidates if experiments(c.relative_to(root).parts[0])]
     complete = []
     for run_dir in candidates:
         try:
-            meta = logformat.load_meta(run_dir)
+            meta = stream.load_meta(run_dir)
         except ValueError as error:
             raise ValueError(f"{error}; rerun its experiment to redo it") from None
         if meta.get("complete") is True:
@@ -121,7 +121,7 @@ def find_runs(root: str | Path, experiments: Callable[[str], bool] | None = None
 
 def read_episodes(run_dir: Path) -> tuple[pa.Table, str]:
     """The ANALYSIS_COLUMNS of one run's episodes.parquet (those it has) with its memory-quality columns
-    (`analysis.memory_quality.EPISODE_COLUMNS`) as an Arrow table, and the run's sample status.
+    (`analysis.metrics.memory_quality.EPISODE_COLUMNS`) as an Arrow table, and the run's sample status.
 
     One ParquetFile serves both the schema check and the read, single-threaded: files are small and
     load_runs already reads several at once, so the dataset API's and Arrow's thread start-up would
@@ -226,8 +226,8 @@ def _check_unique(runs: pd.DataFrame) -> None:
 
 def _read_run(root: Path, run_dir: Path) -> tuple[str, tuple[pa.Table, str], dict[str, int], dict]:
     """A run's files, verified (see the module docstring); a ValueError names what cannot be trusted."""
-    meta = logformat.read_meta(run_dir) or {}
-    problem = logformat.verify(run_dir, meta)  # a run that records no checksums is not trusted either
+    meta = stream.read_meta(run_dir) or {}
+    problem = stream.verify(run_dir, meta)  # a run that records no checksums is not trusted either
     if problem is not None:
         raise ValueError(f"{problem}; rerun its experiment to redo it")
     try:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.record import LABELS, TYPES
+from analysis.streamlog.record import LABELS, TYPES
 
 # What each column the analysis relies on must hold (nulls are refused in all of them).
 _CHECKS = {

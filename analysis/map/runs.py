@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from analysis.data import logformat
 from analysis.data.load import find_runs, read_events
+from analysis.streamlog import stream as logformat
 
 #: Keys of a logged memory config that are not the method's parameters.
 _NOT_PARAMS = frozenset({"_target_", "display", "label"})

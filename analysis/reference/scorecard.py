@@ -28,8 +28,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import memory_quality
-from analysis.metrics import NO_MEMORY, Analysis, method_label
+from analysis.metrics import memory_quality
+from analysis.metrics.compute import NO_MEMORY, Analysis
+from analysis.metrics.display import method_label
 from analysis.reference import paper
 from analysis.reference.configuration import STAND_INS
 from analysis.stats import MIN_BOOTSTRAP_SEEDS

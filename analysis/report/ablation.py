@@ -21,7 +21,8 @@ import pyarrow as pa
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
-from analysis.metrics import OVERALL, Analysis, env_label, sorted_envs
+from analysis.metrics.compute import OVERALL, Analysis
+from analysis.metrics.display import env_label, sorted_envs
 from analysis.report.tables import MISSING, Table, number
 
 ABLATION_EXPERIMENT = "ablation_lifecycle"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.metrics import method_label, sorted_methods
+from analysis.metrics.display import method_label, sorted_methods
 from analysis.reference.paper import PAPER_NUMBERS
 from analysis.report.tables import interval, markdown_table, number
 

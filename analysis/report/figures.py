@@ -28,23 +28,18 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from analysis.data.atomic import SHARED, atomic_write_bytes
 from analysis.data.load import experiment_variants, in_sweep
-from analysis.metrics import (
-    NO_MEMORY,
-    ORACLE_RESET,
-    OVERALL,
-    TEPA_REV,
-    Analysis,
+from analysis.metrics.compute import NO_MEMORY, ORACLE_RESET, OVERALL, TEPA_REV, Analysis, phase_orders
+from analysis.metrics.display import (
     env_label,
     experiment_title,
     method_label,
-    phase_orders,
     settings,
     sorted_experiments,
     sorted_methods,
 )
 from analysis.report.timeline import busiest_key, draw_timeline, legend_handles, read_lifecycle, read_phases
+from analysis.streamlog.atomic import SHARED, atomic_write_bytes
 
 #: Lifecycle timelines, one seed of one setting of every experiment where a memory logged lifecycle
 #: events: revocation against the ablation without it where both ran, else every method that logged events.

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.data.atomic import SHARED, atomic_write_bytes
-from analysis.data.logformat import read_file
-from analysis.metrics import Analysis
+from analysis.metrics.compute import Analysis
 from analysis.report.figures import FigureFile
 from analysis.report.tables import Table
+from analysis.streamlog.atomic import SHARED, atomic_write_bytes
+from analysis.streamlog.stream import read_file
 
 log = logging.getLogger("analysis")
 MANIFEST = "manifest.json"

@@ -36,7 +36,7 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
 from analysis.map.runs import RULES, choose, evaluation, grid_cells, tuning_scores
-from analysis.metrics import method_label, sorted_methods
+from analysis.metrics.display import method_label, sorted_methods
 from analysis.report.tables import Table, interval, number, pvalue
 from analysis.stats import holm, mean_cis, paired_comparisons
 

@@ -15,19 +15,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.data.load import in_sweep
-from analysis.memory_quality import LOGGED, METRICS
-from analysis.metrics import (
-    NO_MEMORY,
-    OVERALL,
-    TEPA_REV,
-    Analysis,
-    env_label,
-    method_label,
-    phase_orders,
-    settings,
-    sorted_experiments,
-    sorted_methods,
-)
+from analysis.metrics.compute import NO_MEMORY, OVERALL, TEPA_REV, Analysis, phase_orders
+from analysis.metrics.display import env_label, method_label, settings, sorted_experiments, sorted_methods
+from analysis.metrics.memory_quality import LOGGED, METRICS
 from analysis.report.figures import Drawing, Job, method_colors, method_style, render, shade_phases
 from analysis.report.tables import MISSING, Table, _keyed, _of, _phase_columns, interval, number
 from analysis.stats import MIN_BOOTSTRAP_SEEDS

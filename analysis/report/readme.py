@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.data.atomic import SHARED, atomic_write_bytes
 from analysis.data.load import SWEEP_EXPERIMENT, experiment_variants, in_sweep
-from analysis.metrics import experiment_title, method_label, sorted_experiments, sorted_methods, sweep_method
+from analysis.metrics.compute import sweep_method
+from analysis.metrics.display import experiment_title, method_label, sorted_experiments, sorted_methods
 from analysis.report.deployed import deployed_section
 from analysis.report.figures import FigureFile
 from analysis.report.tables import SCORECARD, Table, markdown_table, plain
+from analysis.streamlog.atomic import SHARED, atomic_write_bytes
 
 SIMULATED_BACKEND_NOTE = (
     "**About the backend.** The default LLM backend, `SimulatedBackend` (`llm=simulated`), is a "

@@ -15,21 +15,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.data.atomic import SHARED, atomic_write_bytes
-from analysis.metrics import (
-    NO_MEMORY,
-    ORACLE_RESET,
-    OVERALL,
-    TEPA_REV,
-    Analysis,
-    env_label,
-    experiment_title,
-    method_label,
-    settings,
-    sorted_experiments,
-)
+from analysis.metrics.compute import NO_MEMORY, ORACLE_RESET, OVERALL, TEPA_REV, Analysis
+from analysis.metrics.display import env_label, experiment_title, method_label, settings, sorted_experiments
 from analysis.reference import paper, scorecard
 from analysis.stats import EXACT_MAX_PAIRS, MIN_BOOTSTRAP_SEEDS, MIN_SIGN_FLIP_SEEDS, N_RESAMPLES
+from analysis.streamlog.atomic import SHARED, atomic_write_bytes
 
 SUFFIXES = (".md", ".csv", ".tex")
 SCORECARD = "scorecard"

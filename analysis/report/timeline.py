@@ -18,7 +18,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from analysis.events import FIELDS, STATES
+from analysis.streamlog.events import FIELDS, STATES
 
 STATE_COLORS = dict(zip(STATES, ("#bdbdbd", "#2ca02c", "#d62728"), strict=True))
 EVENT_COLUMNS = list(FIELDS)

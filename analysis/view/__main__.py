@@ -7,8 +7,8 @@ import math
 import sys
 from pathlib import Path
 
-from analysis.data.atomic import SHARED, atomic_write_bytes, refuse_special
 from analysis.data.validate import unwritable
+from analysis.streamlog.atomic import SHARED, atomic_write_bytes, refuse_special
 from analysis.view.page import render
 
 #: The default size limit of the page: one paper experiment (200 streams of 1600 episodes) fits in it.

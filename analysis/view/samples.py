@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from analysis.record import SAMPLE
-from analysis.staleness import is_stale
+from analysis.streamlog.record import SAMPLE
+from analysis.streamlog.staleness import is_stale
 
 SAMPLE_COLUMNS = SAMPLE  # the columns and their order: analysis.record
 VERDICTS = ("VALID", "FAILED")

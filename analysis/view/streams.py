@@ -19,9 +19,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.data import logformat
 from analysis.data.load import LABELS, _labels, read_episodes
 from analysis.report.timeline import read_lifecycle, read_phases
+from analysis.streamlog import stream as logformat
 from analysis.view.samples import SAMPLE_COLUMNS
 
 #: The episode columns the view shows (those a log has), besides the logged-sample ones.

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from analysis.record import INT64_MAX
+from analysis.streamlog.record import INT64_MAX
 from envs.memoryagentbench.data import DataError, FactConsolidationRecord, MQuAKETemplates
 from envs.memoryagentbench.metric import substring_exact_match
 

@@ -29,16 +29,16 @@ from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping, Se
 from dataclasses import dataclass, field
 from typing import Any
 
-from analysis.record import COUNTERS, SAMPLE, STATE_COUNTS, TYPES, EpisodeRecord
-from analysis.staleness import episode_quality
+from analysis.streamlog.record import COUNTERS, SAMPLE, STATE_COUNTS, TYPES, EpisodeRecord
+from analysis.streamlog.staleness import episode_quality
 from envs.base import Environment, Task, TruthEnvironment
 from runners.agent.parse import parse_choice, parse_free
 from runners.agent.prompt import labels_for, render
 from runners.agent.sample import Sampler, options_json, prompt_json, truth_json
 from runners.llm.backend import Backend, Reply, Request
-from tepa.evidence import Evidence
+from tepa.evidence import Evidence, Ranker
 from tepa.protocol import EventMemory, Memory, TrialMemory
-from tepa.retrieval import Ranker, similarity_query
+from tepa.retrieval.rank import similarity_query
 
 # Young-generation collection threshold while streams run (CPython's default: 700).
 STREAM_GC_THRESHOLD = 20_000

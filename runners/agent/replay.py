@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow.parquet as pq
 from omegaconf import OmegaConf
 
-from analysis.data.logformat import EPISODES, META, read_meta, verify
+from analysis.streamlog.stream import EPISODES, META, read_meta, verify
 from runners.agent.loop import _logged_replies, run_stream
 from runners.config import ConfigError, validate
 from runners.llm.backend import Reply, Request

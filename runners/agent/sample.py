@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from json.encoder import c_encode_basestring  # type: ignore[attr-defined]
 from typing import NamedTuple
 
-from analysis.staleness import Counts, hop_counts, quality
+from analysis.streamlog.staleness import Counts, hop_counts, quality
 from tepa.evidence import Evidence
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode

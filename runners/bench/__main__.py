@@ -4,7 +4,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from analysis.data.atomic import refuse_special
+from analysis.streamlog.atomic import refuse_special
 from runners.bench.suite import main
 
 

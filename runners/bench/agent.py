@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from analysis.metrics import sorted_methods
+from analysis.metrics.display import sorted_methods
 from envs.base import Outcome, Task
 from runners.agent.loop import run_stream
 from runners.bench.memory import median

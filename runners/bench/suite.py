@@ -36,8 +36,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from analysis.data.atomic import SHARED, atomic_write_bytes
-from analysis.data.logformat import META, read_meta, verify
+from analysis.streamlog.atomic import SHARED, atomic_write_bytes
+from analysis.streamlog.stream import META, read_meta, verify
 from runners.bench import agent as bench_agent
 from runners.bench import memory as bench_memory
 from runners.bench.clock import children_cpu

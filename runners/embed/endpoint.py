@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import openai
 
-from runners.embed import EmbeddingError
-from runners.llm.openai_backend import _is_loopback, _public_url
+from runners.llm.endpoint_url import is_loopback, public_url
+from tepa.retrieval import EmbeddingError
 
 RETRIES = 3  # transient failures retried per request, while its deadline allows
 _TRANSIENT = frozenset({408, 409, 429})
@@ -45,12 +45,12 @@ class EndpointError(EmbeddingError):
 class EndpointEmbedder:
     def __init__(self, base_url: str, model: str, api_key_env: str, timeout: float, batch_size: int) -> None:
         key = os.environ.get(api_key_env)
-        if not key and not _is_loopback(base_url):
+        if not key and not is_loopback(base_url):
             raise EndpointError(
                 f"retrieval.api_key_env: environment variable {api_key_env} is not set "
-                f"(needed for {_public_url(base_url)})"
+                f"(needed for {public_url(base_url)})"
             )
-        self.url = _public_url(base_url)
+        self.url = public_url(base_url)
         self.model = model
         self.batch_size = batch_size
         self.timeout = float(timeout)

@@ -2,7 +2,7 @@
 
 `keyed` (the default) retrieves a task's items by its key and leaves a run's identity as it was; `bm25`
 and `dense` rank every retrievable item of the method by similarity to the query text
-(`tepa.retrieval`). The dense mode embeds with the local model (`runners.embed.local`, the `embed`
+(`tepa.retrieval`). The dense mode embeds with the local model (`tepa.retrieval.local`, the `embed`
 extra) or, with `base_url`, any OpenAI-compatible `/v1/embeddings` endpoint; vectors are checked (finite,
 one length) and cached on disk (`cache_path`, keyed by model and dimension). The mode, the model's name
 and its files' sha256 (or the endpoint and its model) are part of each stream's identity; the cache,
@@ -16,8 +16,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from runners.embed import local
-from tepa.retrieval import MODES, BM25Ranker, DenseRanker, Ranker
+from tepa.evidence import Ranker
+from tepa.retrieval import local
+from tepa.retrieval.rank import MODES, BM25Ranker, DenseRanker
 
 #: Keys of each mode's node, with their defaults (conf/retrieval/ sets them for the command line).
 KEYS: dict[str, dict[str, Any]] = {
@@ -110,7 +111,7 @@ def _ranker(mode: str, params_json: str) -> Ranker | None:
         return None
     if mode == "bm25":
         return BM25Ranker()
-    from runners.embed.cache import CachedEmbedder
+    from tepa.retrieval.cache import CachedEmbedder
 
     params = json.loads(params_json)
     if params["base_url"] is None:

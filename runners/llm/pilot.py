@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.data import logformat
 from analysis.data.load import find_runs
 from analysis.report.tables import markdown_table
+from analysis.streamlog import stream as logformat
 
 GATE = 0.10
 TIE = 0.02

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.data import logformat
 from analysis.data.load import find_runs
 from analysis.report.tables import markdown_table, publish_table
 from analysis.stats import mean_ci, sign_flip_pvalue
+from analysis.streamlog import stream as logformat
 
 MIN_GAIN = 0.25
 STABLE, REVERSAL = "stable", "full_reversal"

@@ -1,2 +1,2 @@
-"""Where a stream's results live and what they are: its identity (the configuration and data that decide
-its episodes, and the folder that names it) and the writer of its logs (lock, partial log, resume)."""
+"""A stream's identity: the configuration and data that decide its episodes, and the folder that names
+it. Its logs are written by `analysis.streamlog.stream`."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import math
 
-from tepa.retrieval import tokenize
+from tepa.retrieval.rank import tokenize
 
 DIMS = 64
 

@@ -7,7 +7,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from tepa.evidence import Evidence, Observation, Query, check_observation
-from tepa.retrieval import rank
+from tepa.retrieval.rank import rank
 
 
 class DistrustOnFailure:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.data.logformat import CHECKED, META, PARTIAL_EPISODES
+from analysis.streamlog.stream import CHECKED, META, PARTIAL_EPISODES
 from runners.compose import PROJECT_ROOT
 from runners.launch.slurm_cluster import SlurmCluster, SlurmUnavailable, slurm_cluster
 

@@ -21,11 +21,10 @@ import re
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable
 from itertools import count, repeat
-from typing import Protocol
 
 import numpy as np
 
-from tepa.evidence import Evidence, Query
+from tepa.evidence import Evidence, Query, Ranker
 
 DEFAULT_TOP_K = 8
 #: Retrieval modes: `keyed` (a task's key selects its items; the default), or top-k by similarity to
@@ -162,15 +161,6 @@ def _shape_score(shape: _Shape, idf: dict[str, float], avgdl: float, k1: float, 
         return 0  # what the sum below gives for a document without a query term
     norm = k1 * (1.0 - b + b * length / avgdl)
     return sum(idf[w] * c * (k1 + 1.0) / (c + norm) for w, c in Counter(hits).items())
-
-
-class Ranker(Protocol):
-    """Scores documents against a query text (higher: more similar), one float per document.
-    `positive_only`: whether an item must score above 0 to be retrieved (BM25: it shares a term)."""
-
-    positive_only: bool
-
-    def scores(self, query: str, docs: list[str]) -> np.ndarray: ...
 
 
 def document(e: Evidence) -> str:

@@ -1,14 +1,16 @@
-"""The writer of one stream's log (experiment x env x memory x seed): one process at a time, batched
-partial log, resume, and the final files. What the files are and how they are encoded and verified is
-`analysis.data.logformat`, shared with the analysis.
+"""A stream's log from its start to its end, in one module: where its files are and what they are called,
+reading meta.json back (bounded), verifying a stream, moving one aside, the partial log's lines, and the
+one writer of a stream (`StreamLog`: its lock, completeness, replay on resume, batched appends, the final
+files). The runner writes through `StreamLog`; the analysis reads with the functions above it. How values
+become bytes is `analysis.streamlog.encoding`.
 
-Once complete, a stream directory holds `episodes.parquet` (one row per decision episode; deterministic:
-the same config and seed give a byte-identical file, no wall-clock columns), `archive.jsonl` (the
-lifecycle events) and `meta.json`: the stream's identity (the whole configuration that decides its
-episodes, and the fingerprint of its input data) and its hash, the resolved config, versions, git commit,
-wall time, backend stats, the sha256 and row count of both files above, and `complete: true`. It is
-written last, so its presence marks a complete stream; a rerun trusts it only after
-`analysis.data.logformat.verify`.
+A stream directory `results/runs/<experiment>/<env>/<memory>/seed=<n>/` (`stream_dir`), once complete,
+holds `episodes.parquet` (one row per decision episode; deterministic: the same config and seed give a
+byte-identical file, no wall-clock columns), `archive.jsonl` (the lifecycle events) and `meta.json`: the
+stream's identity (the whole configuration that decides its episodes, and the fingerprint of its input
+data) and its hash, the resolved config, versions, git commit, wall time, backend stats, the sha256 and
+row count of both files above (`files`, which `verify` recomputes), and `complete: true`. It is written
+last, so its presence marks a complete stream; a rerun trusts it only after `verify`.
 
 While a stream runs, each episode is appended to `episodes.partial.jsonl` (without what its prompt held,
 which replay rebuilds), whose first line is the stream's identity; lines are written in batches (every
@@ -20,7 +22,8 @@ fact-heavy streams. A killed stream resumes by replaying the valid prefix of its
 
 Nothing is ever deleted that holds results: a complete stream that fails verification, or that belongs
 to another identity, and a partial log that is damaged or of another identity, are moved aside
-(`<name>.<reason>-<UTC time>`) with one logged line. One process writes a stream at a time:
+(`<name>.<reason>-<UTC time>`, e.g. `seed=0.corrupt-...`) with one logged line; the analysis skips such
+directories and the runner redoes the stream. One process writes a stream at a time:
 `StreamLog.acquire` takes an OS lock (`fcntl.flock`) on `.seed=<n>.lock` beside the directory, which the
 OS releases when its process dies. Every final file is written atomically (a temporary file, then
 `os.replace`).
@@ -29,40 +32,184 @@ OS releases when its process dies. Every final file is written atomically (a tem
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import functools
 import json
 import logging
 import os
+import re
 import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from hydra.errors import CompactHydraException
 
-from analysis.data.atomic import atomic_write_bytes
-from analysis.data.logformat import (
-    ARCHIVE,
-    EPISODES,
-    MAX_LINE_BYTES,
-    META,
-    PARTIAL_EPISODES,
-    PARTIAL_STATS,
-    dumps,
-    file_record,
-    fingerprint,
-    jsonl_bytes,
-    move_aside,
-    parquet_bytes,
-    parse_line,
-    read_line,
-    read_meta,
-    record_problem,
-    verify,
-)
-from analysis.record import SAMPLE
+from analysis.streamlog.atomic import atomic_write_bytes
+from analysis.streamlog.encoding import dumps, fingerprint, jsonl_bytes, parquet_bytes, sha256
+from analysis.streamlog.record import SAMPLE, record_problem
+
+META = "meta.json"
+EPISODES = "episodes.parquet"
+ARCHIVE = "archive.jsonl"
+CHECKED = (EPISODES, ARCHIVE)
+#: Deepest nesting of lists and objects a meta.json may have: the runner writes a handful of levels; a
+#: deeper one is damage, and a very deep one would exhaust the recursion of whatever walks it.
+MAX_DEPTH = 64
+#: The suffix of a directory (or file) moved aside: "<name>.<reason>-<UTC time>", e.g. seed=0.corrupt-...
+ASIDE = re.compile(r"\.[a-z-]+-\d{8}T\d{6}Z(-\d+)?$")
+PARTIAL_EPISODES = "episodes.partial.jsonl"
+#: Beside the partial log: the backend stats of the invocations that stopped before the stream was done,
+#: so that the finished stream's meta.json totals what all of them spent.
+PARTIAL_STATS = "episodes.partial.stats.json"
+#: A partial-log line longer than this is damage, not an episode (a reply is a few kB at most).
+MAX_LINE_BYTES = 1 << 20
+
+
+def stream_dir(
+    results_dir: str | os.PathLike, experiment: str, env: str, memory: str, seed: int, variant: str = ""
+) -> Path:
+    """Where one stream's logs live; `variant` (a configuration that differs from the experiment's own,
+    see `runners.store.identity`) adds one directory level above `seed=<n>`."""
+    labelled = Path(results_dir) / "runs" / experiment / env / memory
+    return (labelled / variant if variant else labelled) / f"seed={seed}"
+
+
+def file_record(data: bytes, rows: int) -> dict[str, Any]:
+    """What meta.json's `files` holds for one file written with content `data`."""
+    return {"sha256": sha256(data), "bytes": len(data), "rows": rows}
+
+
+def read_file(path: Path) -> bytes:
+    """The bytes of a regular file. Anything else is an OSError at once, never a wait: a FIFO in place
+    of a log would block a plain read until some writer opened it (and a signal would not end it)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def load_meta(directory: Path) -> dict[str, Any]:
+    """meta.json as a dict; a ValueError (one line naming the file) when it is missing, not a regular
+    file, not JSON, not an object, or nested deeper than MAX_DEPTH."""
+    path = directory / META
+    try:
+        meta = json.loads(read_file(path))
+    except OSError as exc:
+        raise ValueError(f"{path}: unreadable ({exc.strerror or exc})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:
+        raise ValueError(f"{path}: not JSON ({str(exc).splitlines()[0]})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    if _depth(meta) > MAX_DEPTH:
+        raise ValueError(f"{path}: nested deeper than {MAX_DEPTH} levels")
+    return meta
+
+
+def read_meta(directory: Path) -> dict[str, Any] | None:
+    """meta.json as a dict; None when missing or unreadable (see `load_meta`)."""
+    try:
+        return load_meta(directory)
+    except ValueError:
+        return None
+
+
+def _depth(value: Any) -> int:
+    """How deeply `value` nests lists and dicts, counted without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if depth <= MAX_DEPTH:
+                stack += [(child, depth + 1) for child in (item.values() if isinstance(item, dict) else item)]
+    return deepest
+
+
+def verify(directory: Path, meta: dict[str, Any]) -> str | None:
+    """None when every file meta.json lists has its recorded size and sha256; otherwise one line that
+    names the file and what is wrong with it."""
+    files = meta.get("files")
+    if not isinstance(files, dict) or not all(isinstance(files.get(n), dict) for n in CHECKED):
+        return f"{directory / META}: records no checksums of {', '.join(CHECKED)}"
+    for name in CHECKED:
+        path, want = directory / name, files[name]
+        try:
+            data = read_file(path)
+        except FileNotFoundError:
+            return f"{path}: missing"
+        except OSError as exc:
+            return f"{path}: unreadable ({exc.strerror or exc})"
+        if len(data) != want.get("bytes"):
+            return f"{path}: {len(data)} bytes, meta.json records {want.get('bytes')}"
+        if sha256(data) != want.get("sha256"):
+            return f"{path}: sha256 differs from the one meta.json records (the file was changed or damaged)"
+    return None
+
+
+def aside_path(path: Path, reason: str) -> Path:
+    """A free name beside `path` for moving it aside: `<name>.<reason>-<UTC time>`."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    target = path.with_name(f"{path.name}.{reason}-{stamp}")
+    n = 1
+    while target.exists():
+        target = path.with_name(f"{path.name}.{reason}-{stamp}-{n}")
+        n += 1
+    return target
+
+
+def move_aside(path: Path, reason: str) -> Path:
+    """Rename `path` (a stream directory or a file) to `aside_path(path, reason)`; returns the new name."""
+    target = aside_path(path, reason)
+    path.rename(target)
+    return target
+
+
+def is_aside(path: Path) -> bool:
+    """Whether `path` or one of its parents was moved aside."""
+    return any(ASIDE.search(part) for part in path.parts)
+
+
+def read_line(f: IO[bytes]) -> tuple[bytes | None, bool]:
+    """The next line without its newline (None at the end) and whether it ended with one. A line
+    longer than MAX_LINE_BYTES is returned cut just past the limit, never read whole."""
+    line = f.readline(MAX_LINE_BYTES + 1)
+    if not line:
+        return None, False
+    if line.endswith(b"\n"):
+        return line[:-1], True
+    if len(line) > MAX_LINE_BYTES:
+        while (more := f.readline(MAX_LINE_BYTES)) and not more.endswith(b"\n"):
+            pass  # skip the rest of the over-long line
+    return line, False
+
+
+def parse_line(line: bytes) -> dict[str, Any] | None:
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def partial_summary(path: Path) -> tuple[dict[str, Any] | None, int]:
+    """A partial log's identity (None when its header is unreadable) and how many lines follow it."""
+    with open(path, "rb") as f:
+        header, _ = read_line(f)
+        head = parse_line(header) if header is not None else None
+        return (head or {}).get("identity"), sum(1 for _ in f)
+
 
 log = logging.getLogger(__name__)
 _R = TypeVar("_R")
@@ -305,7 +452,7 @@ class StreamLog:
 
     def append(self, record: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> None:
         """Log one episode as it finishes (the loop's `on_episode`), written with its batch (module
-        docstring). `events`, and the record's sample (`analysis.record.SAMPLE`: what its prompt held),
+        docstring). `events`, and the record's sample (`record.SAMPLE`: what its prompt held),
         are rebuilt by replay on resume, so neither is written: Append-Only's evidence alone would make
         the partial log several times the size of the finished stream."""
         assert self._episodes is not None, "StreamLog.open() first"

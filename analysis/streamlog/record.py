@@ -5,7 +5,9 @@ names defined here. The column order (the run's labels, then the fields in decla
 file's, so changing it changes every run log. Imports nothing of the project: both sides import it.
 """
 
-from typing import NamedTuple
+import math
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 #: The run's labels, leading every row (the runner's results labels).
 LABELS = ("experiment", "env", "memory")
@@ -16,7 +18,7 @@ COUNTERS = ("promotions", "revocations", "repromotions", "trials", "trial_passes
 #: The logged sample: what the decision's prompt held (JSON text; see EpisodeRecord). Logs written before
 #: these columns existed lack them, which readers take as "not logged".
 SAMPLE = ("options", "evidence", "truth", "prompt")
-#: What the prompt held measured against the truth (`analysis.memory_quality.episode_quality` defines
+#: What the prompt held measured against the truth (`staleness.episode_quality` defines
 #: them); logs written before these columns existed lack them, which readers take as "not logged".
 QUALITY = ("truth_known", "current", "stale", "truth_present", "stale_present", "polluted")
 
@@ -87,3 +89,25 @@ COLUMNS = (*LABELS, *FIELDS)
 TYPES: dict[str, type] = {**dict.fromkeys(LABELS, str), **EpisodeRecord.__annotations__}
 #: The largest value of an int column (parquet int64); a larger one cannot be written.
 INT64_MAX = 2**63 - 1
+
+
+def record_problem(rec: Mapping[str, Any]) -> str | None:
+    """Why a logged episode holds a value no episode can have, or None. Every column of the record
+    (`TYPES`, so a new column is checked too) must have its type, and every number is a
+    count, a step or a time: an int in [0, 2**63 - 1] (what parquet's int64 holds), a float finite and
+    >= 0. A missing column is left to the replay's own check (it rebuilds every column but the replies'
+    own)."""
+    for name, kind in TYPES.items():
+        value = rec.get(name)
+        if value is None:
+            continue
+        if kind is float:
+            if type(value) not in (int, float):
+                return f"field {name!r} is {type(value).__name__}, expected float"
+            if not 0 <= value < math.inf:
+                return f"field {name!r} is {value!r}, expected a finite number >= 0"
+        elif type(value) is not kind:
+            return f"field {name!r} is {type(value).__name__}, expected {kind.__name__}"
+        elif kind is int and not 0 <= value <= INT64_MAX:
+            return f"field {name!r} is {value}, expected an int in [0, 2**63 - 1]"
+    return None

@@ -1,5 +1,5 @@
 """Whole-file writes: a reader (or a later run after a kill) sees the old file or the new one, never a
-truncated one. The one helper of the run logs (runners.store.runlog) and the analysis' outputs."""
+truncated one. The one helper of the stream writer (`analysis.streamlog.stream`) and the analysis' outputs."""
 
 from __future__ import annotations
 

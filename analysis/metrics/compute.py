@@ -1,22 +1,28 @@
 """Metrics over run logs: success per phase, MPI, paired tests, adaptation speed, lifecycle and cost.
 
 Every estimate is over seeds (one value per run), with the bootstrap CIs of analysis.stats. Frames are
-built in a fixed order (paper experiments first, methods in METHOD_ORDER, phases in stream order), so
-the tables and figures made from them are deterministic.
+built in a fixed order (`analysis.metrics.display`: paper experiments first, methods in METHOD_ORDER;
+phases in stream order), so the tables and figures made from them are deterministic.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from analysis.data.load import LABELS, RunLogs, experiment_variants, in_sweep
+from analysis.metrics import memory_quality
+from analysis.metrics.display import (
+    METHOD_LABELS,
+    estimate_columns,
+    settings,
+    sorted_experiments,
+    sorted_methods,
+)
 from analysis.reference.configuration import paper_departures
 from analysis.stats import (
     MIN_BOOTSTRAP_SEEDS,
@@ -29,34 +35,10 @@ from analysis.stats import (
     two_level_mean_cis,
 )
 
-#: The memory config group: each entry's optional `display: {name, rank}` names a method in tables and
-#: figures and places it (read here directly: the analysis does not import the harness).
-MEMORY_CONF = Path(__file__).resolve().parents[1] / "conf" / "memory"
 NO_MEMORY = "no_memory"
 ORACLE_RESET = "oracle_reset"
 TEPA_REV = "tepa_rev"
 TEPA_FULL = "tepa_full"
-
-
-def read_methods(conf: Path = MEMORY_CONF) -> dict[str, str]:
-    """Results label -> display name of every entry of `conf` with a `display` key, in rank order (the
-    label is the entry's `label`, else its file name)."""
-    ranked = []
-    for path in sorted(conf.glob("*.yaml")):
-        entry = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        display = entry.get("display")
-        if display is None:
-            continue
-        if not (isinstance(display, dict) and isinstance(display.get("name"), str)
-                and isinstance(display.get("rank"), int | float)):  # fmt: skip
-            raise ValueError(f"{path}: display must be {{name: <text>, rank: <number>}}, got {display!r}")
-        ranked.append((display["rank"], entry.get("label") or path.stem, display["name"]))
-    return {label: name for _, label, name in sorted(ranked)}
-
-
-METHOD_LABELS = read_methods()
-METHOD_ORDER = tuple(METHOD_LABELS)
-EXPERIMENT_ORDER = ("paper_controlled", "paper_executable", "paper_preference", "paper_memoryagentbench")
 #: Pseudo-phase for the whole stream.
 OVERALL = "overall"
 CONDITION = ["experiment", "env", "memory"]
@@ -67,66 +49,6 @@ DEFAULT_TOLERANCE = 0.1
 INTERVALS = ("seeds", "seeds+episodes")
 #: Slack in threshold comparisons so that e.g. 18/20 >= 1 - 0.1 holds despite binary floating point.
 _EPS = 1e-9
-
-
-def method_label(method: str) -> str:
-    """Display name of a method (its config name when it is not a built-in one)."""
-    return METHOD_LABELS.get(method, method)
-
-
-def experiment_title(experiment: str, variants: dict[str, list[str]]) -> str:
-    """An experiment's name in titles, with the configuration variants of its runs when it has any:
-    "paper_controlled (env.phase_length=100)"."""
-    named = variants.get(experiment)
-    return f"{experiment} ({'; '.join(named)})" if named else experiment
-
-
-def env_label(env: str) -> str:
-    """Display name of an env label: "memoryagentbench_sh_6k" -> "SH-6k"; others unchanged."""
-    prefix = "memoryagentbench_"
-    if env.startswith(prefix) and env.count("_") == 2:
-        hops, size = env[len(prefix) :].split("_")
-        return f"{hops.upper()}-{size}"
-    return env
-
-
-def _natural(text: str) -> str:
-    return re.sub(r"\d+", lambda m: m.group().zfill(10), text)
-
-
-def _distinct(names: Iterable[str]) -> set[str]:
-    # A pandas column is reduced first: iterating an Arrow-backed column element by element is slow.
-    return set(names.unique() if isinstance(names, pd.Series) else names)
-
-
-def sorted_experiments(names: Iterable[str]) -> list[str]:
-    """Paper experiments in paper order, then the others alphabetically."""
-    order = {name: i for i, name in enumerate(EXPERIMENT_ORDER)}
-    return sorted(_distinct(names), key=lambda n: (order.get(n, len(order)), n))
-
-
-def sorted_envs(names: Iterable[str]) -> list[str]:
-    """Env labels in natural order (6k before 32k before 262k)."""
-    return sorted(_distinct(names), key=_natural)
-
-
-def sorted_methods(names: Iterable[str]) -> list[str]:
-    """The built-in methods in METHOD_ORDER, then any other (a user's own) alphabetically."""
-    order = {name: i for i, name in enumerate(METHOD_ORDER)}
-    return sorted(_distinct(names), key=lambda n: (order.get(n, len(order)), n))
-
-
-def settings(frame: pd.DataFrame) -> list[tuple[str, str]]:
-    """The (experiment, env) pairs in `frame`, in display order."""
-    if frame.empty:
-        return []
-    distinct = frame[["experiment", "env"]].drop_duplicates()
-    pairs = set(zip(distinct["experiment"], distinct["env"], strict=True))
-    return [
-        (e, v)
-        for e in sorted_experiments(p[0] for p in pairs)
-        for v in sorted_envs(p[1] for p in pairs if p[0] == e)
-    ]
 
 
 def phase_orders(episodes: pd.DataFrame) -> dict[tuple[str, str], list[str]]:
@@ -150,18 +72,6 @@ def success_per_seed(episodes: pd.DataFrame) -> pd.DataFrame:
     overall.insert(len(keys), "phase", OVERALL)
     frame = pd.concat([by_phase, overall], ignore_index=True)
     return frame.rename(columns={"mean": "success", "size": "n_episodes"})
-
-
-def _estimate_columns(estimate: Estimate, prefix: str = "") -> dict[str, float]:
-    """An estimate's columns; the interval is withheld (NaN) over fewer than MIN_BOOTSTRAP_SEEDS seeds."""
-    supported = estimate.n >= MIN_BOOTSTRAP_SEEDS
-    nan = float("nan")
-    return {
-        f"{prefix}mean": estimate.mean,
-        f"{prefix}low": estimate.low if supported else nan,
-        f"{prefix}high": estimate.high if supported else nan,
-        f"{prefix}n": estimate.n,
-    }
 
 
 def _phases_with_overall(phases: dict[tuple[str, str], list[str]], setting: tuple[str, str]) -> list[str]:
@@ -234,7 +144,7 @@ def summarize_success(
                 for c, seeds in zip(cells, samples, strict=True)
             ]
         )
-    records = [c | _estimate_columns(e) for c, e in zip(cells, estimates, strict=True)]
+    records = [c | estimate_columns(e) for c, e in zip(cells, estimates, strict=True)]
     return pd.DataFrame.from_records(records)
 
 
@@ -288,9 +198,7 @@ def mpi(
     for i, (cell, (ref, values)) in enumerate(zip(cells, pairs, strict=True)):
         estimate = estimates.get(i, Estimate(float("nan"), float("nan"), float("nan"), len(ref)))
         records.append(
-            cell
-            | _estimate_columns(estimate)
-            | {"s_ref": float(ref.mean()), "s_method": float(values.mean())}
+            cell | estimate_columns(estimate) | {"s_ref": float(ref.mean()), "s_method": float(values.mean())}
         )
     return pd.DataFrame.from_records(records)
 
@@ -449,9 +357,9 @@ def summarize_adaptation(
                 n_runs.append(len(lag))
     records = [
         cell
-        | _estimate_columns(lag_estimate)
+        | estimate_columns(lag_estimate)
         | {"n_recovered": len(values), "n_runs": runs}
-        | _estimate_columns(diff_estimate, "diff_")
+        | estimate_columns(diff_estimate, "diff_")
         for cell, runs, values, lag_estimate, diff_estimate in zip(
             cells, n_runs, recovered, mean_cis(recovered), mean_cis(diffs), strict=True
         )
@@ -510,7 +418,7 @@ def summarize_costs(costs: pd.DataFrame) -> pd.DataFrame:
                     {"experiment": setting[0], "env": setting[1], "memory": method, "metric": metric}
                 )
                 samples.append(of_method[metric].dropna().to_numpy(dtype=float))
-    records = [c | _estimate_columns(e) for c, e in zip(cells, mean_cis(samples), strict=True)]
+    records = [c | estimate_columns(e) for c, e in zip(cells, mean_cis(samples), strict=True)]
     return pd.DataFrame.from_records(records)
 
 
@@ -585,7 +493,7 @@ def sweep_success(
                             | dict(zip(names, (float(x) for x in point), strict=True))
                         )
                         samples.append(values)
-    records = [c | _estimate_columns(e) for c, e in zip(cells, mean_cis(samples), strict=True)]
+    records = [c | estimate_columns(e) for c, e in zip(cells, mean_cis(samples), strict=True)]
     return pd.DataFrame.from_records(records), {e: p for e, p in params.items() if p}
 
 
@@ -618,7 +526,7 @@ class Analysis:
     departures: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: Experiment -> its runs' configuration variants, named in titles (`experiment_title`).
     variants: dict[str, list[str]] = field(default_factory=dict)
-    #: Memory quality per method and phase, from the logged samples (`analysis.memory_quality.summarize`).
+    #: Memory quality per method and phase, from the logged samples (`memory_quality.summarize`).
     memory: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
@@ -631,8 +539,6 @@ def analyse(
     intervals: str = "seeds",
 ) -> Analysis:
     """Compute every metric of the analysis from loaded run logs (see the functions above)."""
-    from analysis import memory_quality  # here: it imports this module
-
     swept = in_sweep(logs.runs)
     sweep_runs, regular_runs = logs.runs[swept], logs.runs[~swept]
     episodes, sweep_episodes, events = logs.episodes, logs.episodes.iloc[:0], logs.events

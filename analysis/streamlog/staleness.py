@@ -2,8 +2,8 @@
 
 A retrieved line is *current* when its verdict agrees with the truth of its hop (VALID and its value is
 the truth, or FAILED and its value is not) and *stale* otherwise. The agent loop logs `episode_quality`
-for every decision (the QUALITY columns of `analysis.record`); `analysis.memory_quality` aggregates them
-and the transcript viewer marks lines with `is_stale`. Light on imports: the loop imports it.
+for every decision (the QUALITY columns of `analysis.streamlog.record`); `analysis.metrics.memory_quality`
+aggregates them and the transcript viewer marks lines with `is_stale`. Light on imports: the loop imports it.
 """
 
 from __future__ import annotations

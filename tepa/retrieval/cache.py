@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from runners.embed import EmbeddingError
+from tepa.retrieval import EmbeddingError
 
 log = logging.getLogger(__name__)
 

@@ -2,10 +2,10 @@
 
 Every number here rests on what a decision's prompt held and what the world held at that moment, and on
 nothing else: not the reply, the action or the success. So they measure the memory itself, whatever
-reads it. The agent loop applies the rule (`analysis.staleness.episode_quality`) to each decision's
-retrieved lines (the `evidence` column holds the same lines as text) and to the environment's truth of
-each hop's key (the `truth` column), and logs the result in the QUALITY columns of `analysis.record`;
-the analysis reads those, never a reply.
+reads it. The agent loop applies the rule (`analysis.streamlog.staleness.episode_quality`) to each
+decision's retrieved lines (the `evidence` column holds the same lines as text) and to the environment's
+truth of each hop's key (the `truth` column), and logs the result in the QUALITY columns of
+`analysis.streamlog.record`; the analysis reads those, never a reply.
 
 A retrieved line is *current* when its verdict agrees with the truth of its hop (VALID and its value is
 the truth, or FAILED and its value is not) and *stale* otherwise. Hops whose truth is null (the
@@ -33,8 +33,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.record import LABELS, QUALITY
+from analysis.metrics.display import estimate_columns, settings, sorted_methods
 from analysis.stats import mean_cis
+from analysis.streamlog.record import LABELS, QUALITY
 
 #: The per-episode columns of the analysis (NaN where unavailable).
 EPISODE_COLUMNS = ("current", "stale", "truth_present", "stale_present", "polluted")
@@ -109,9 +110,6 @@ def summarize(episodes: pd.DataFrame, phases: dict[tuple[str, str], list[str]], 
     """Means over seeds with 95% CIs of METRICS per (experiment, env, memory, phase): columns experiment,
     env, memory, phase, metric, mean, low, high, n (seeds with a value). Cells no seed defines are left
     out; the interval is NaN over fewer than MIN_BOOTSTRAP_SEEDS seeds, as in every other summary."""
-    # analysis.metrics imports this module; its _estimate_columns withholds an interval over too few seeds
-    from analysis.metrics import _estimate_columns, settings, sorted_methods
-
     columns = [*LABELS, "phase", "metric", "mean", "low", "high", "n"]
     if episodes.empty or episodes["current"].isna().all():
         return pd.DataFrame(columns=columns)
@@ -143,7 +141,7 @@ def summarize(episodes: pd.DataFrame, phases: dict[tuple[str, str], list[str]], 
                         )
                         samples.append(values)
     estimates = mean_cis(samples) if samples else []
-    records = [c | _estimate_columns(e) for c, e in zip(cells, estimates, strict=True)]
+    records = [c | estimate_columns(e) for c, e in zip(cells, estimates, strict=True)]
     return pd.DataFrame.from_records(records, columns=columns)
 
 
