@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from datetime import datetime
 from itertools import pairwise
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from runners.compose import PROJECT_ROOT
+from runners.launch.slurm_cluster import free_port
 from tests.helpers.slurm_cluster import (
     arrays,
     complete_streams,
@@ -35,13 +37,13 @@ from tests.helpers.slurm_cluster import (
 
 pytestmark = pytest.mark.slurm
 
-# A paper-style sweep: three methods on controlled drift, one seed, 6,000 episodes each (seconds a job).
+# A paper-style sweep: three methods on controlled drift, one seed, 4,000 episodes each (seconds a job).
 SWEEP = (
     "-m",
     "experiment=paper_controlled",
     "memory=lww,tepa_rev,no_memory",
     "seeds=[0]",
-    "env.phase_length=1500",
+    "env.phase_length=1000",
     "progress=false",
 )
 # Small jobs: one CPU and 1 GB each, so that the node (the host's CPUs) can run several at once.
@@ -78,10 +80,10 @@ def launch(cluster, cwd: Path, *args: str) -> subprocess.Popen:
         return subprocess.Popen(runner(*args), cwd=cwd, env=environment(cluster), stdout=out, stderr=err)
 
 
-def run(cluster, cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        runner(*args), cwd=cwd, env=environment(cluster), capture_output=True, text=True, timeout=RUN_S
-    )
+def run(cluster, cwd: Path, *args: str, conf: Path | None = None) -> subprocess.CompletedProcess:
+    """`python -m runners.run ARGS` submitting to `cluster` (or to the slurm.conf `conf`)."""
+    env = {**environment(cluster), **({"SLURM_CONF": str(conf)} if conf else {})}
+    return subprocess.run(runner(*args), cwd=cwd, env=env, capture_output=True, text=True, timeout=RUN_S)
 
 
 def test_a_slurm_sweep_finishes_with_the_streams_of_the_same_sweep_under_joblib(cluster, reference, tmp_path):
@@ -130,12 +132,15 @@ def test_scancel_mid_sweep_then_the_same_command_reruns_only_what_is_missing(clu
 
 def test_a_job_killed_on_its_node_leaves_a_partial_log_that_the_rerun_replays(cluster, reference, tmp_path):
     results = tmp_path / "results"
-    command = (*SWEEP, *SLURM, "hydra.launcher.array_parallelism=1", f"results_dir={results}")
+    sweep = tuple("memory=lww,tepa_rev" if a.startswith("memory=") else a for a in SWEEP)
+    command = (*sweep, *SLURM, f"results_dir={results}")
     proc = launch(cluster, tmp_path, *command)
-    try:
-        wait_until(
-            lambda: max(partial_logs(results).values(), default=0) >= 300, RUN_S, "job 0's partial log"
-        )
+
+    def lww_partial() -> int:
+        return sum(n for p, n in partial_logs(results).items() if "/lww/" in str(p))
+
+    try:  # both jobs run at once; job 0's (LWW's) Python process is killed part way
+        wait_until(lambda: lww_partial() >= 300, RUN_S, "job 0's partial log")
         (array,) = {job.split("_")[0] for job, _, _ in queue(cluster)}
         os.kill(job_python(cluster, f"{array}_0"), signal.SIGKILL)
         status = proc.wait(RUN_S)
@@ -143,14 +148,15 @@ def test_a_job_killed_on_its_node_leaves_a_partial_log_that_the_rerun_replays(cl
         stop(proc)
     err = (tmp_path / "launcher.err").read_text()
     assert status == 1 and f"Job {array}_0 (task: 0)" in err and "(state: FAILED)" in err
-    wait_until(lambda: not queue(cluster), RUN_S, "the array's other jobs")
+    wait_until(lambda: not queue(cluster), RUN_S, "the array's other job")
     (killed,) = partial_logs(results).items()
     assert "/lww/" in str(killed[0]) and not (killed[0].parent / "meta.json").exists()  # never complete
-    assert len(metas(results)) == 2  # the array's other jobs ran on
+    assert [name for name in metas(results) if "/tepa_rev/" in name]  # the array's other job ran on
 
     rerun = run(cluster, tmp_path, *command)
     assert rerun.returncode == 0, rerun.stderr
-    assert complete_streams(results) == reference
+    streams = complete_streams(results)
+    assert len(streams) == 2 and streams == {name: reference[name] for name in streams}
     replayed = {name: meta["replayed"] for name, meta in metas(results).items()}
     assert replayed[str(killed[0].parent.relative_to(results))] == killed[1] > 0
     assert not partial_logs(results)
@@ -197,7 +203,7 @@ def test_the_map_driver_runs_both_stages_through_the_scheduler(cluster, tmp_path
     )
     grid = (
         "memory=reactive",
-        "env.noise=0,0.2",
+        "env.noise=0.1",
         "env.reversal_rate=0.01",
         "env.phase_length=10",
         "seeds=[0]",
@@ -218,9 +224,9 @@ def test_the_map_driver_runs_both_stages_through_the_scheduler(cluster, tmp_path
     assert local.returncode == 0, local.stderr
     streams = complete_streams(tmp_path / "slurm")
     assert streams == complete_streams(tmp_path / "basic")
-    # tuning seed: 2 cells x (c=1, c=3, the defaults); evaluation seed: 2 cells x (defaults, tuned)
+    # one cell; tuning seed: c=1, c=3 and the defaults; evaluation seed: the defaults and the chosen c
     seeds = [json.loads((tmp_path / "slurm" / s / "meta.json").read_text())["seed"] for s in streams]
-    assert sorted(seeds) == [0] * 4 + [1000] * 6
+    assert sorted(seeds) == [0, 0, 1000, 1000, 1000]
     spec = json.loads((tmp_path / "slurm" / "map.json").read_text())
     assert spec["chosen"] == json.loads((tmp_path / "basic" / "map.json").read_text())["chosen"]
 
@@ -240,3 +246,81 @@ def test_the_dry_run_prints_the_script_that_sbatch_receives(cluster, tmp_path):
     assert "#SBATCH --array=0-1%2" in script
     printed = plan.stdout.split("(one array of 2 tasks; not submitted):\n", 1)[1]
     assert printed.startswith(script.rstrip("\n") + "\n\ntask 0: ")
+
+
+def test_a_slurm_sweep_naming_a_partition_the_cluster_lacks_stops_with_one_line(cluster, tmp_path):
+    results = tmp_path / "results"
+    proc = run(cluster, tmp_path, *SWEEP, *SLURM, "hydra.launcher.partition=gpu", f"results_dir={results}")
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (
+        "error: hydra.launcher.partition=gpu: this cluster has no partition gpu (sinfo lists debug); nothing "
+        "was submitted"
+    )
+    assert not results.exists()
+
+
+def test_a_slurm_sweep_whose_controller_does_not_answer_stops_with_one_line(cluster, tmp_path):
+    conf = tmp_path / "slurm.conf"  # the cluster's, with a port no controller listens on
+    conf.write_text(
+        re.sub(r"(?m)^SlurmctldPort=\d+$", f"SlurmctldPort={free_port()}", cluster.conf.read_text())
+    )
+    results = tmp_path / "results"
+    proc = run(cluster, tmp_path, *SWEEP, *SLURM, f"results_dir={results}", conf=conf)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert (
+        "SLURM does not answer here (sinfo: " in proc.stderr
+        and "Unable to contact slurm controller" in proc.stderr
+    )
+    assert not results.exists()
+
+
+def cluster_command(folder: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    command = [sys.executable, "-m", "runners.launch.slurm_cluster", "--dir", str(folder)]
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), **(env or {})}
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def test_the_cluster_command_prints_its_environment_and_ctrl_c_stops_every_daemon(tmp_path):
+    folder = tmp_path / "cluster"
+    proc = cluster_command(folder)
+    try:
+        lines = []
+        while not lines or not lines[-1].startswith("Ctrl-C"):
+            line = proc.stdout.readline()
+            if not line:
+                pytest.skip(f"no one-node SLURM cluster here: {proc.communicate(timeout=60)[1].strip()}")
+            lines.append(line.strip())
+        env = dict(line.removeprefix("export ").split("=", 1) for line in lines if line.startswith("export "))
+        assert set(env) == {"SLURM_CONF", "PATH"}
+        sinfo = subprocess.run(["sinfo", "--noheader", "--Node", "--format=%t"], env={**os.environ, **env},
+                               capture_output=True, text=True, timeout=30)  # fmt: skip
+        assert sinfo.stdout.strip() == "idle", sinfo.stderr
+        pids = [
+            int(p.read_text())
+            for p in (folder / "slurmctld.pid", folder / "slurmd.pid", folder / "munge/munged.pid")
+        ]
+        assert all(map(alive, pids))
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0, proc.stderr.read()
+    finally:
+        stop(proc)
+    assert not any(map(alive, pids))
+
+
+def test_the_cluster_command_without_slurm_says_what_is_missing_in_one_line(tmp_path):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    proc = cluster_command(tmp_path / "cluster", env={"PATH": str(empty)})
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert (
+        "SLURM cannot start here: no " in err and "sinfo" in err and "apt-get install slurm-wlm munge" in err
+    )

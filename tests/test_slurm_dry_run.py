@@ -1,6 +1,6 @@
-"""SLURM without a cluster: a SLURM launch where there is no SLURM stops with one line before submitting,
-`plan=true` prints the sbatch script the launch would submit, and submitit_local leaves no literal `%j`
-folder behind."""
+"""SLURM without a cluster: a SLURM launch where there is no SLURM, none that answers or no such partition
+stops with one line before submitting, `plan=true` prints the sbatch script the launch would submit, and
+submitit_local leaves no literal `%j` folder behind."""
 
 from __future__ import annotations
 
@@ -34,19 +34,41 @@ def test_a_slurm_sweep_without_sbatch_on_path_stops_with_one_line_before_submitt
     assert not (tmp_path / "results").exists()  # nothing was written, let alone submitted
 
 
-def test_sbatch_and_srun_on_path_let_a_slurm_sweep_through_the_check(tmp_path, monkeypatch):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name in ("sbatch", "srun"):
+def fake_slurm(bin_dir, sinfo: str = "echo 'debug*'; echo big") -> None:
+    """`sbatch`, `srun` and `sinfo` scripts in `bin_dir`; `sinfo` runs the shell code `sinfo`."""
+    bin_dir.mkdir(exist_ok=True)
+    for name, body in (("sbatch", "exit 0"), ("srun", "exit 0"), ("sinfo", sinfo)):
         tool = bin_dir / name
-        tool.write_text("#!/bin/sh\nexit 0\n")
+        tool.write_text(f"#!/bin/sh\n{body}\n")
         tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+
+
+def test_sbatch_srun_and_sinfo_on_path_let_a_slurm_sweep_through_the_check(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    fake_slurm(bin_dir)
     monkeypatch.setenv("PATH", str(bin_dir))
-    check_slurm_available(SLURM)  # no error
+    check_slurm_available(SLURM)  # no error: the partition is the default one
+    check_slurm_available((*SLURM, "hydra.launcher.partition=big,debug"))
     (bin_dir / "sbatch").unlink()
     with pytest.raises(ConfigError, match="no sbatch on PATH"):
         check_slurm_available(SLURM)
     check_slurm_available(SLURM[1:])  # without -m the launcher is not used
+
+
+def test_a_partition_sinfo_does_not_list_stops_a_slurm_sweep_with_one_line(tmp_path, monkeypatch):
+    fake_slurm(tmp_path / "bin")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    with pytest.raises(ConfigError, match=r"has no partition gpu \(sinfo lists debug, big\)"):
+        check_slurm_available((*SLURM, "hydra.launcher.partition=gpu"))
+    check_slurm_available((*SLURM, "hydra.launcher.partition=null"))  # the cluster's default
+
+
+def test_a_slurm_that_does_not_answer_stops_a_slurm_sweep_with_sinfos_last_line(tmp_path, monkeypatch):
+    failing = "echo 'sinfo: error: dns srv lookup' >&2; echo 'sinfo: fatal: no config source' >&2; exit 1"
+    fake_slurm(tmp_path / "bin", sinfo=failing)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    with pytest.raises(ConfigError, match=r"SLURM does not answer here \(sinfo: fatal: no config source\)"):
+        check_slurm_available(SLURM)
 
 
 def test_a_slurm_dry_run_prints_the_array_script_with_partition_and_python_command(tmp_path):

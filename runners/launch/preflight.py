@@ -6,7 +6,8 @@ So `python -m runners.run` first refuses, with one line naming the override or t
 a credential-like value or a secret-named key on the command line, a `name` (or any name of a sweep
 over names, `choice(...)` included) that is not a plain directory name, a `results_dir` (or its
 `hydra` folder) that cannot be written, a config file that is not valid YAML, and a SLURM multirun on a
-machine without SLURM (`runners.launch.slurm_script`).
+SLURM that cannot take it (no SLURM commands, no answer from `sinfo`, an unknown partition;
+`runners.launch.slurm_script`).
 """
 
 from __future__ import annotations

@@ -20,7 +20,9 @@ keeps finished jobs for `MinJobAge` seconds (an hour here).
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
+import ctypes
 import os
 import secrets
 import shutil
@@ -157,6 +159,8 @@ def slurm_cluster(folder: Path | None = None) -> Iterator[SlurmCluster]:
             folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="slurm-")))
         cluster = _prepare(Path(folder).resolve())
         stack.callback(_stop, cluster)
+        atexit.register(_stop, cluster)  # an interpreter that exits without unwinding (pytest's Ctrl-C)
+        stack.callback(atexit.unregister, _stop)
         _start(cluster)
         yield cluster
 
@@ -194,10 +198,17 @@ def _start(cluster: SlurmCluster) -> None:
             cluster.processes[name] = subprocess.Popen(
                 command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True,  # Ctrl-C in the terminal reaches this process, which stops them
+                preexec_fn=_die_with_parent,
             )  # fmt: skip
         if name == "munged":
             _wait(cluster, lambda: (munge / "munge.socket").exists(), "munged made no socket")
     _wait(cluster, lambda: _node_state(cluster) == "idle", "the node never became idle")
+
+
+def _die_with_parent() -> None:
+    """In the daemon's process before exec: SIGTERM when its parent dies, even by SIGKILL (Linux)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
 
 
 def _node_state(cluster: SlurmCluster) -> str:

@@ -1,5 +1,8 @@
 """SLURM without a cluster: the sbatch job script a `hydra/launcher=submitit_slurm` multirun would submit
-(`plan=true`), and the one-line refusal of a SLURM launch on a machine without SLURM (`runners.preflight`).
+(`plan=true`), and the one-line refusal of a SLURM launch that cannot submit (`runners.preflight`): no
+SLURM commands on PATH, a SLURM that does not answer (no configuration, no controller), or a partition
+the cluster does not have. Otherwise submitit fails after Hydra has written its folders, with a traceback
+ending in sbatch's error.
 
 The script is submitit's own (`submitit.slurm.slurm._make_sbatch_string`), from the launcher's
 parameters passed as the hydra submitit plugin passes them (`BaseSubmititLauncher.launch`): the
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 from unittest import mock
@@ -20,23 +24,21 @@ from runners.config import ConfigError
 
 #: The launcher choice that submits to SLURM, and the commands it needs there.
 SLURM_LAUNCHER = "submitit_slurm"
-SLURM_COMMANDS = ("sbatch", "srun")
+SLURM_COMMANDS = ("sbatch", "srun", "sinfo")
+#: Seconds `sinfo` may take to answer: it retries an unreachable controller for about 10 s.
+SINFO_TIMEOUT_S = 60.0
 _INIT_KEYS = {"max_num_timeout"}  # the plugin's `specific_init_keys`
 
 
 def launcher_override(argv: Sequence[str]) -> str | None:
     """The `hydra/launcher=NAME` the command line chooses (the last one), if any."""
-    chosen = None
-    for arg in argv:
-        key, _, value = arg.partition("=")
-        if key.lstrip("+~") == "hydra/launcher" and value:
-            chosen = value
-    return chosen
+    return _last_value(argv, "hydra/launcher") or None
 
 
 def check_slurm_available(argv: Sequence[str]) -> None:
-    """Raise ConfigError (one line) when a multirun asks for the SLURM launcher and this machine has no
-    SLURM: submitit would fail later with a traceback ("Could not detect srun")."""
+    """Raise ConfigError (one line) when a multirun asks for the SLURM launcher and cannot submit: no
+    SLURM commands here, a SLURM that does not answer, or a `hydra.launcher.partition` it lacks (submitit
+    would fail later, after Hydra wrote its folders, with a traceback ending in sbatch's error)."""
     if not any(a in ("-m", "--multirun") for a in argv) or launcher_override(argv) != SLURM_LAUNCHER:
         return
     missing = [c for c in SLURM_COMMANDS if shutil.which(c) is None]
@@ -46,6 +48,45 @@ def check_slurm_available(argv: Sequence[str]) -> None:
             f"PATH); nothing was submitted. Run the sweep here with hydra/launcher=submitit_local, or "
             f"add plan=true to print the sbatch script it would submit"
         )
+    partitions = cluster_partitions()
+    wanted = _last_value(argv, "hydra.launcher.partition")
+    unknown = [p for p in (wanted or "").split(",") if p and p != "null" and p not in partitions]
+    if unknown:
+        raise ConfigError(
+            f"hydra.launcher.partition={wanted}: this cluster has no partition {', '.join(unknown)} (sinfo "
+            f"lists {', '.join(partitions) or 'none'}); nothing was submitted"
+        )
+
+
+def cluster_partitions() -> list[str]:
+    """The partitions `sinfo` lists (the default one without its `*`); a ConfigError naming sinfo's own
+    last line when SLURM does not answer (no slurm.conf, SLURM_CONF wrong, the controller down)."""
+    command = ["sinfo", "--noheader", "--format=%P"]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=SINFO_TIMEOUT_S)
+        errors = proc.stderr.strip().splitlines()
+        problem = "" if proc.returncode == 0 else errors[-1] if errors else f"status {proc.returncode}"
+    except subprocess.TimeoutExpired:
+        problem = f"no answer within {SINFO_TIMEOUT_S:.0f} s"
+    except OSError as exc:
+        problem = str(exc)
+    if problem:
+        raise ConfigError(
+            f"hydra/launcher={SLURM_LAUNCHER}: SLURM does not answer here (sinfo: "
+            f"{problem.strip().removeprefix('sinfo: ')}); nothing was "
+            f"submitted. Check SLURM_CONF, or add plan=true to print the sbatch script it would submit"
+        )
+    return [p.rstrip("*") for p in proc.stdout.split()]
+
+
+def _last_value(argv: Sequence[str], key: str) -> str | None:
+    """The value the command line's last `key=VALUE` gives, if any."""
+    found = None
+    for arg in argv:
+        name, sep, value = arg.partition("=")
+        if sep and name.lstrip("+~") == key:
+            found = value
+    return found
 
 
 def sbatch_script(launcher: Mapping[str, Any], n_jobs: int) -> str:
