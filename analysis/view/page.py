@@ -30,11 +30,12 @@ COLUMNS += ("n_evidence", "stale", "events", "prompt", "evidence", "options", "t
 _INDEX, _STREAMS = "/*INDEX*/", "<!--STREAMS-->"
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+
+
 def encode(value: Any) -> str:
     """`value` as JSON that is safe inside a script tag: ASCII, compact, no `<`."""
-    return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False).replace(
-        "<", "\\u003c"
-    )
+    return _ENCODER.encode(value).replace("<", "\\u003c")
 
 
 def _plain(value: Any) -> Any:
@@ -92,38 +93,60 @@ def _episode_rows(
     stream: Stream, events: dict[int, list[list[Any]]], malformed: dict[str, int], positions: Iterable[int]
 ) -> Iterator[str]:
     """The episodes of `stream` at `positions` as encoded COLUMNS rows, with `events` (by step) at their
-    step; counts malformed sample values by column."""
+    step; counts malformed sample values by column.
+
+    Episodes log the same sample texts again and again (a job's options, the truth of a key), so each
+    distinct text of a column is decoded, checked and encoded once per call: the JSON of a list is its
+    items' JSON joined by commas, so a row is put together from encoded parts."""
     phases = {name: i for i, (name, _) in enumerate(stream.phases)}
     columns = stream.episodes
     missing = [None] * len(columns["t"])
     get = {name: columns.get(name, missing) for name in (*SHOWN_COLUMNS, *SAMPLE_COLUMNS)}
+    seen: dict[str, dict[Any, tuple[Any, bool, str]]] = {column: {} for column in SAMPLE_COLUMNS}
+    flagged: dict[tuple[Any, Any], tuple[str, str]] = {}
     for i in positions:
-        decoded = {}
+        parts = {}
         for column in SAMPLE_COLUMNS:
-            decoded[column], bad = decode(column, get[column][i])
-            malformed[column] = malformed.get(column, 0) + bad
-        evidence, truth, stale = decoded["evidence"], decoded["truth"], None
-        if evidence is not None and truth is not None:
-            flags = stale_lines(evidence, truth)
-            evidence = [[[*line, f] for line, f in zip(hop, hop_flags, strict=True)]
-                        for hop, hop_flags in zip(evidence, flags, strict=True)]  # fmt: skip
-            stale = sum(f is True for hop_flags in flags for f in hop_flags)
+            text = get[column][i]
+            part = seen[column].get(text)
+            if part is None:
+                value, bad = decode(column, text)
+                part = seen[column][text] = (value, bad, encode(value))
+            parts[column] = part
+            if part[1]:
+                malformed[column] = malformed.get(column, 0) + 1
+            elif column not in malformed:
+                malformed[column] = 0
+        evidence, truth = parts["evidence"], parts["truth"]
+        stale, lines = "null", evidence[2]
+        if evidence[0] is not None and truth[0] is not None:
+            key = (get["evidence"][i], get["truth"][i])
+            if key not in flagged:
+                flagged[key] = _flag_stale(evidence[0], truth[0])
+            stale, lines = flagged[key]
         t = get["t"][i]
-        row = {
-            name: get[name][i] for name in ("action", "correct", "parse_ok", "reply", "error", "n_evidence")
-        }
-        row |= {
-            "t": t,
-            "phase": phases.get(get["phase"][i]),
-            "key": get["key"][i] or "",
-            "success": get["success"][i],
-            "hops": _hops(get["hop_replies"][i]),
-            "stale": stale,
-            "events": events.get(t, []),
-            **decoded,
-            "evidence": evidence,
-        }
-        yield encode([row[c] for c in COLUMNS])
+        head = [
+            t,
+            phases.get(get["phase"][i]),
+            get["key"][i] or "",
+            get["success"][i],
+            *(get[name][i] for name in ("action", "correct", "parse_ok", "reply")),
+            _hops(get["hop_replies"][i]),
+            get["error"][i],
+            get["n_evidence"][i],
+        ]
+        yield (
+            f"{encode(head)[:-1]},{stale},{encode(events.get(t, []))},{parts['prompt'][2]},{lines},"
+            f"{parts['options'][2]},{truth[2]}]"
+        )
+
+
+def _flag_stale(evidence: list[list[list[Any]]], truth: list[str | None]) -> tuple[str, str]:
+    """The encoded count of stale lines and the encoded evidence with each line's stale flag appended."""
+    flags = stale_lines(evidence, truth)
+    flagged = [[[*line, f] for line, f in zip(hop, hop_flags, strict=True)]
+               for hop, hop_flags in zip(evidence, flags, strict=True)]  # fmt: skip
+    return encode(sum(f is True for hop_flags in flags for f in hop_flags)), encode(flagged)
 
 
 def _success(stream: Stream) -> dict[str, float]:
