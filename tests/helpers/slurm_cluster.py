@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -17,19 +18,26 @@ from analysis.streamlog.stream import CHECKED, META, PARTIAL_EPISODES
 from runners.compose import PROJECT_ROOT
 from runners.launch.slurm_cluster import SlurmCluster, SlurmUnavailable, slurm_cluster
 
+#: The environment variable that turns the SLURM tests' skip into a failure.
+REQUIRE_SLURM = "TEPA_REQUIRE_SLURM"
+
 
 def running_cluster(folder: Path) -> Iterator[SlurmCluster]:
-    """A started cluster in `folder`, stopped after the tests whatever happened; the tests skip, with the
-    reason, where SLURM cannot start (not installed, not root, a daemon that fails)."""
+    """A started cluster in `folder`, stopped after the tests whatever happened (`unavailable` where SLURM
+    cannot start: not installed, not root, a daemon that fails)."""
     try:
-        context = slurm_cluster(folder)
-        cluster = context.__enter__()
-    except SlurmUnavailable as exc:
-        pytest.skip(f"no one-node SLURM cluster here: {exc}")
-    try:
-        yield cluster
-    finally:
-        context.__exit__(*sys.exc_info())
+        with slurm_cluster(folder) as cluster:
+            yield cluster
+    except SlurmUnavailable as exc:  # raised only while starting
+        unavailable(str(exc))
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip the test with `reason`, or fail it with TEPA_REQUIRE_SLURM=1 in the environment (CI, which
+    installs SLURM: a skip there would hide a break)."""
+    if os.environ.get(REQUIRE_SLURM) == "1":
+        pytest.fail(f"{REQUIRE_SLURM}=1 but no one-node SLURM cluster here: {reason}")
+    pytest.skip(f"no one-node SLURM cluster here: {reason}")
 
 
 def environment(cluster: SlurmCluster) -> dict[str, str]:
