@@ -3,7 +3,7 @@ without a cluster, and for the tests that submit through a real scheduler.
 
 `python -m runners.launch.slurm_cluster [--dir DIR]` starts it, prints the environment to use in another
 shell (`SLURM_CONF`, and `PATH` for `sacct`, below) and stops it on Ctrl-C or SIGTERM. It needs Debian's
-`slurm-wlm` and `munge` packages (installed, never started: nothing under /etc is used or changed) and
+`slurm-wlm` and `munge` packages (installed, never started: nothing under /etc is changed) and
 root, since slurmd starts each job as its user.
 
 Everything lives in the folder: a fresh munge key and munged on its own socket, a `slurm.conf` for this
