@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from runners.llm.pilot import choose
-from runners.llm.targets import targets
+from runners.llm.targets import targets, to_markdown
 
 
 def pilot(*rows: tuple[str, float, float, float]) -> pd.DataFrame:
@@ -49,3 +50,14 @@ def test_each_target_is_met_or_not_from_the_paired_differences():
     assert not table.loc["append_only - no_memory", "met"]  # not below No Memory
     assert table.loc["tepa_rev - append_only", "met"]
     assert (table["seeds"] == seeds).all()
+
+
+def test_a_target_whose_methods_did_not_run_is_left_out_and_named():
+    values = {("no_memory", "full_reversal"): [0.3, 0.4], ("append_only", "full_reversal"): [0.2, 0.3]}
+    table = targets(success(values))
+    assert list(table["difference"]) == ["append_only - no_memory"] and table["seeds"].tolist() == [2]
+    assert "Not run (no complete seed in common): lww - no_memory, tepa_rev - no_memory, tepa_rev - " in (
+        to_markdown(table)
+    )
+    with pytest.raises(ValueError, match="no pair of methods"):
+        targets(success({("lww", "stable"): [0.5]}))
