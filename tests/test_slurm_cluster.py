@@ -2,7 +2,9 @@
 tests (`runners.launch.slurm_cluster`; skipped where SLURM cannot start). A sweep finishes with the
 streams a joblib sweep writes, byte for byte; `scancel` mid-sweep or a job killed on its node leaves
 partial logs the same command resumes into the same streams; `array_parallelism` holds; the map's two
-stages run through the scheduler; the dry run prints the script sbatch receives."""
+stages run through the scheduler; the dry run prints the script sbatch receives; a partition the cluster
+lacks or a controller that does not answer stops the sweep with one line; and the cluster's own command
+prints its environment and stops every daemon on Ctrl-C."""
 
 from __future__ import annotations
 
