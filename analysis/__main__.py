@@ -13,12 +13,15 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
+
+import pandas as pd
 
 from analysis.data.load import load_runs
 from analysis.data.validate import check_options, check_reference
 from analysis.metrics.compute import DEFAULT_TOLERANCE, DEFAULT_WINDOW, INTERVALS, analyse
-from analysis.report import manifest
+from analysis.report import manifest, provenance
 from analysis.report.ablation import ablation_table
 from analysis.report.figures import (
     Drawing,
@@ -30,8 +33,12 @@ from analysis.report.figures import (
     write_figures,
 )
 from analysis.report.memory_report import memory_jobs, memory_tables, section
-from analysis.report.readme import SIMULATED_BACKEND_NOTE, inventory, write_report
+from analysis.report.pages import page_name, write_pages
+from analysis.report.readme import SIMULATED_BACKEND_NOTE, inventory, render_pages, table_notes, write_report
+from analysis.report.summary import summary_lines
 from analysis.report.tables import SCORECARD, Table, build_tables, write_tables
+from analysis.report.titles import config_title, retitle
+from analysis.report.trials import trial_outcomes
 from analysis.selection import experiments_under, selection, unmatched
 from analysis.streamlog.atomic import refuse_special
 
@@ -220,6 +227,8 @@ def report(args: argparse.Namespace, drawing: Executor) -> int:
     log.info("computed metrics")
     from_metrics = submit(drawing, metric_jobs(fresh))
     analysis = manifest.merge(fresh, kept)
+    records = provenance.from_runs(logs.runs, provenance.analysis_commit(), provenance.today())
+    sources = provenance.sources(records, kept)
     tables = build_tables(analysis, args.out)
     try:
         ablation = ablation_table(fresh, args.runs)
@@ -234,11 +243,46 @@ def report(args: argparse.Namespace, drawing: Executor) -> int:
     drawings = collect(from_logs + from_memory + from_metrics + timelines)
     figures = write_figures(drawings, args.out / "figures", kept.removable_figures)
     figures = report_order(figures + manifest.kept_figures(kept, args.out / "figures"))
+    figures = [replace(f, title=retitle(f.title, f.experiment, analysis.variants)) for f in figures]
     log.info("wrote %d figures to %s", len(figures), args.out / "figures")
-    rows = inventory(logs.runs) | {e: entry["inventory"] for e, entry in kept.experiments.items()}
-    memory = section(analysis)
-    readme = write_report(tables, figures, rows, args.out, backend_note=note, sections=[memory])
-    manifest.write_manifest(args.out, analysis, logs.runs, rows, tables, extras, figures, kept, options)
+    rows = inventory(logs.runs) | {
+        e: [config_title(e, analysis.variants), *entry["inventory"][1:]]
+        for e, entry in kept.experiments.items()
+    }
+    outcomes = pd.concat(
+        [trial_outcomes(fresh.costs, logs.events), *manifest.kept_frames(kept, "trial_outcomes")],
+        ignore_index=True,
+    )
+    notes = table_notes(analysis, tables, outcomes, sources)
+    titles = {e: row[0] for e, row in rows.items()}
+    pages = render_pages(tables, figures, args.out, titles=titles, provenance=sources, notes=notes)
+    written = write_pages(pages, args.out, kept.removable_pages)
+    readme = write_report(
+        tables,
+        figures,
+        rows,
+        args.out,
+        backend_note=note,
+        sections=[section(analysis, sources)],
+        summary=summary_lines(tables, analysis, page_name),
+        pages={e: page_name(e) for e in titles},
+        provenance=sources,
+        notes=notes,
+    )
+    manifest.write_manifest(
+        args.out,
+        analysis,
+        logs.runs,
+        rows,
+        tables,
+        extras,
+        figures,
+        kept,
+        options,
+        provenance=records,
+        outcomes=outcomes,
+        pages=written,
+    )
     log.info("wrote %s in %.1f s", readme, time.perf_counter() - started)
     log.info("%s; open %s", tally(tables), readme)
     return 0

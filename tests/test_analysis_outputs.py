@@ -14,6 +14,7 @@ from analysis.__main__ import main
 from analysis.data.load import load_runs
 from analysis.report.tables import Table, interval, latex_escape, number, pvalue, to_latex, to_markdown
 from analysis.streamlog.stream import file_record
+from tests.helpers.report_pages import all_text, pages
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = (("stable", 30), ("full_reversal", 30), ("partial_reversal", 30), ("return", 30))
@@ -157,7 +158,7 @@ def test_cli_writes_deterministic_tables_figures_and_readme(runs_root, tmp_path)
     }
     assert all(data.startswith(b"\x89PNG") for data in figures.values())
     assert "simulated" in readme and "not a real LLM" in readme
-    assert "![" in readme and "figures/mpi_paper_controlled.png" in readme
+    assert "![" in readme and "figures/mpi_paper_controlled.png" in all_text(out)  # the experiment's page
     assert "Success (paper)" in readme and "| controlled_drift | Append-Only |" in readme
 
     drift = pd.read_csv(out / "tables" / "paper_drift.csv").set_index("memory")
@@ -235,8 +236,9 @@ def test_the_report_opens_with_the_scorecard_and_paired_tables_show_both_tests(r
     paired = pd.read_csv(out / "tables" / "paired_paper_controlled.csv")
     assert {"p", "p_holm", "p_boot", "p_boot_holm"} <= set(paired.columns)
     assert paired["p_boot"].between(1 / 10000, 1).all()
-    assert "| p (sign-flip) | Holm p (sign-flip) | p (bootstrap) | Holm p (bootstrap) |" in readme
-    assert "centred on 0 to impose the null, 9999 resamples" in readme
+    page = pages(out)["paper_controlled.md"]  # the paired tests are on the experiment's page
+    assert "| p (sign-flip) | Holm p (sign-flip) | p (bootstrap) | Holm p (bootstrap) |" in page
+    assert "centred on 0 to impose the null, 9999 resamples" in page
     assert "exact sign-flip p = " in readme and "paired bootstrap p = " in readme  # the headline note
 
 

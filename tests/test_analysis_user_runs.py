@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from analysis.__main__ import main
+from tests.helpers.report_pages import all_text, pages
 from tests.test_analysis_outputs import PHASES, reseal, write_run
 
 
@@ -54,13 +55,13 @@ def test_a_paper_experiment_run_with_other_settings_is_a_variant_named_in_the_sc
     assert set(controlled["verdict"]) == {"variant"}
     assert set(controlled["reason"]) == {"not the paper's configuration: env.phase_length=20"}
     readme = (out / "README.md").read_text()
-    assert "### paper_controlled (env.phase_length=20): success per phase" in readme
+    assert "## paper_controlled (env.phase_length=20): success per phase" in pages(out)["paper_controlled.md"]
     assert (
         "### Drift settings, full reversal: success and MPI, ours vs the paper: "
         "paper_controlled (env.phase_length=20)" in readme
     )
     assert "![paper_controlled (env.phase_length=20) / controlled_drift: success over time" in readme
-    assert "![paper_controlled (env.phase_length=20): memory pollution index" in readme
+    assert "![paper_controlled (env.phase_length=20): memory pollution index" in all_text(out)
 
 
 def test_real_model_drift_runs_fill_the_paper_controlled_rows_as_variants_that_name_each_difference(tmp_path):
@@ -157,9 +158,7 @@ def test_a_custom_memory_with_lifecycle_events_gets_a_timeline_and_its_revocatio
     out = tmp_path / "out"
     assert main(["--runs", str(root), "--out", str(out), "--quiet"]) == 0
     assert (out / "figures" / "lifecycle_own.png").read_bytes().startswith(b"\x89PNG")
-    assert (
-        "![own / controlled_drift: precedents of key k0 over time (seed 0)" in (out / "README.md").read_text()
-    )
+    assert "![own / controlled_drift: precedents of key k0 over time (seed 0)" in pages(out)["own.md"]
     cost = pd.read_csv(out / "tables" / "cost_own.csv").set_index(["memory", "metric"])
     assert (
         cost.loc[("mine", "revocations"), "mean"] == 1
@@ -171,6 +170,11 @@ def _files(folder) -> dict[str, bytes]:
     return {
         p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
     }
+
+
+def _data(files: dict[str, bytes]) -> dict[str, bytes]:
+    """The files but the pages (README.md and the experiment pages, which say what was kept)."""
+    return {name: data for name, data in files.items() if "/" in name or not name.endswith(".md")}
 
 
 def _paper_runs(root, seeds=range(8)):
@@ -200,16 +204,21 @@ def test_results_of_experiments_absent_from_the_runs_are_kept_as_a_full_analysis
         "--replace drops them)"
     ]
     after = _files(out)
-    assert all(after[name] == data for name, data in before.items() if "paper_controlled" in name)
+    kept = [name for name in before if "paper_controlled" in name and name != "paper_controlled.md"]
+    assert kept and all(after[name] == before[name] for name in kept)
     assert after["tables/scorecard.md"] == before["tables/scorecard.md"]
-    # What is kept is what one analysis of all the runs gives, byte for byte (figures included).
+    # What is kept is what one analysis of all the runs gives, byte for byte (figures included); only
+    # the pages differ, where the kept results say they are kept.
     assert main(["--runs", str(both), "--out", str(full), "--quiet"]) == 0
-    assert after == _files(full)
+    assert _data(after) == _data(_files(full))
+    assert "kept from the manifest of" in after["paper_controlled.md"].decode()
+    assert "kept from" not in _files(full)["paper_controlled.md"].decode()
     readme = after["README.md"].decode()
     assert "| paper_controlled | No Memory, Append-Only, LWW, TEPA-Rev |" in readme and "| own |" in readme
     # And rerunning the paper runs alone now keeps the user's experiment in turn.
     assert main(["--runs", str(paper), "--out", str(out), "--quiet"]) == 0
-    assert _files(out) == after
+    again = _files(out)
+    assert _data(again) == _data(after) and "kept from the manifest of" in again["own.md"].decode()
 
 
 def test_recomputing_an_experiment_from_fewer_runs_is_refused_unless_replace_is_given(tmp_path, caplog):

@@ -15,6 +15,7 @@ import pytest
 
 from analysis.__main__ import main
 from analysis.streamlog.stream import MAX_DEPTH, read_meta, verify
+from tests.helpers.report_pages import all_text
 from tests.test_analysis_outputs import reseal, write_run
 
 
@@ -129,7 +130,7 @@ def test_a_phase_name_with_line_breaks_and_html_stays_inert_text(runs, tmp_path,
     out = tmp_path / "out"
     code, error = analyse(runs, out, caplog=caplog)
     assert (code, error) == (0, "")
-    readme = (out / "README.md").read_text()
+    readme = all_text(out)  # README.md and the experiment pages
     assert "\n# Injected" not in readme and "<script>" not in readme
     assert "stable # Injected &lt;script>alert(1)&lt;/script>" in readme
     table = (out / "tables" / "success_exp.md").read_text()

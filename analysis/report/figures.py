@@ -32,13 +32,13 @@ from analysis.data.load import experiment_variants, in_sweep
 from analysis.metrics.compute import NO_MEMORY, ORACLE_RESET, OVERALL, TEPA_REV, Analysis, phase_orders
 from analysis.metrics.display import (
     env_label,
-    experiment_title,
     method_label,
     settings,
     sorted_experiments,
     sorted_methods,
 )
 from analysis.report.timeline import busiest_key, draw_timeline, legend_handles, read_lifecycle, read_phases
+from analysis.report.titles import config_title
 from analysis.streamlog.atomic import SHARED, atomic_write_bytes
 
 #: Lifecycle timelines, one seed of one setting of every experiment where a memory logged lifecycle
@@ -262,7 +262,7 @@ def success_over_time(
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("episode t (stream position)")
     ax.set_ylabel(f"success, rolling mean of {window}")
-    name = experiment_title(experiment, {experiment: list(variants)})
+    name = config_title(experiment, {experiment: list(variants)})
     title = f"{name} / {env_label(env)}: success over time (mean over {seeds})"
     figure.legend(loc="outside right upper", frameon=False, fontsize=9)
     set_title(ax, title, pad=22)
@@ -315,7 +315,7 @@ def mpi_bars(
     ax.set_xticks(x, [g[2] for g in groups])
     ax.set_ylabel("MPI = (S_NoMem - S_m) / S_NoMem")
     ax.set_xlabel("phase" if len(pairs) == 1 else "source / phase")
-    name = experiment_title(experiment, {experiment: list(variants)})
+    name = config_title(experiment, {experiment: list(variants)})
     title = f"{name}: memory pollution index (> 0: worse than No Memory)"
     figure.legend(loc="outside right upper", frameon=False, fontsize=9)
     set_title(ax, title)  # once the legend has taken its room
@@ -375,7 +375,7 @@ def lifecycle_timeline(
         ax.set_ylabel(method_label(method), fontsize=9)
     axes[-1].set_xlabel("episode t (stream position)")
     seed = TIMELINE_SEED
-    named = experiment_title(experiment, {experiment: list(variants)})
+    named = config_title(experiment, {experiment: list(variants)})
     title = f"{named} / {env_label(env)}: precedents of key {key} over time (seed {seed}), by state"
     figure.suptitle(title, fontsize=10)
     figure.legend(handles=legend_handles(), loc="outside right upper", frameon=False, fontsize=9)

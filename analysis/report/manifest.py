@@ -2,11 +2,14 @@
 it did not compute.
 
 Every analysis writes `manifest.json` beside README.md: for each experiment, the runs its results were
-computed from, its summary frames (exact: JSON keeps every float's repr), its Runs-table row, and the
-names and titles of its tables and figures. A later analysis of other runs into the same folder
-*keeps* the results of every experiment it has no runs of: their tables are rebuilt from the stored
-frames (byte for byte what a full analysis gives), their figures stay as they are, and the scorecard,
-the paper tables and README.md cover them as before. It refuses, with one line naming `--replace`, to
+computed from, its summary frames (exact: JSON keeps every float's repr), its Runs-table row, the
+names and titles of its tables and figures, its provenance (the commit that ran its runs and when, and
+the commit and day of the analysis that wrote the entry: `analysis.report.provenance`) and the trial
+outcomes of the methods that ran trials (`analysis.report.trials`). A later analysis of other runs
+into the same folder *keeps* the results of every experiment it has no runs of: their tables are
+rebuilt from the stored frames (byte for byte what a full analysis gives), their figures stay as they
+are, and the scorecard, the paper tables and README.md cover them as before, the pages saying they are
+kept and from where. It refuses, with one line naming `--replace`, to
 recompute an experiment from runs that lack some of the ones its results came from (the user's own
 subset of a paper experiment would otherwise replace the full one), or to mix results computed with
 other options. `--replace` writes the folder from the given runs alone, as if it were empty. Files the
@@ -47,6 +50,8 @@ class Kept:
     removable_figures: frozenset[str] | None
     #: The experiments whose results `--replace` drops (the manifest's, absent from the runs).
     dropped: tuple[str, ...] = ()
+    #: The experiment pages the analysis may remove when it no longer writes them.
+    removable_pages: frozenset[str] = frozenset()
 
 
 def read_manifest(out: Path) -> dict | None:
@@ -188,7 +193,8 @@ def keep(out: Path, runs: pd.DataFrame, options: dict, *, replace: bool) -> Kept
     figures = set(_names(manifest.get("figures"))) - {
         f["name"] for e in kept.values() for f in e.get("figures", [])
     }
-    return Kept(kept, frozenset(_names(manifest.get("tables"))), frozenset(figures))
+    pages = frozenset(_names(manifest.get("pages")))
+    return Kept(kept, frozenset(_names(manifest.get("tables"))), frozenset(figures), removable_pages=pages)
 
 
 def _names(listed: object) -> list[str]:
@@ -213,6 +219,7 @@ def _replacing(out: Path, present: dict[str, set]) -> Kept:
         frozenset(_names(manifest.get("tables"))),
         frozenset(_names(manifest.get("figures"))),
         tuple(sorted(str(e) for e in listed)),
+        frozenset(_names(manifest.get("pages"))),
     )
 
 
@@ -254,6 +261,20 @@ def kept_tables(kept: Kept) -> list[Table]:
     ]
 
 
+def kept_provenance(kept: Kept) -> dict[str, dict | None]:
+    """Experiment -> the provenance record its kept entry holds (None: written before they were)."""
+    return {
+        e: entry["provenance"] if isinstance(entry.get("provenance"), dict) else None
+        for e, entry in kept.experiments.items()
+    }
+
+
+def kept_frames(kept: Kept, key: str) -> list[pd.DataFrame]:
+    """The frame stored under `key` in each kept entry that has one (a later addition to the entries,
+    absent from those written before it)."""
+    return [_unframe(entry[key]) for entry in kept.experiments.values() if _is_frame(entry.get(key))]
+
+
 def kept_figures(kept: Kept, directory: Path) -> list[FigureFile]:
     """The figures of the kept experiments, as they are in `directory` (those still there)."""
     return [
@@ -274,9 +295,15 @@ def write_manifest(
     figures: Sequence[FigureFile],
     kept: Kept,
     options: dict,
+    *,
+    provenance: dict[str, dict] | None = None,
+    outcomes: pd.DataFrame | None = None,
+    pages: Sequence[str] = (),
 ) -> Path:
-    """Write `out`/manifest.json: an entry per experiment of `runs` (see the module docstring), the kept
-    experiments' entries as they were, and the names of every table and figure written."""
+    """Write `out`/manifest.json: an entry per experiment of `runs` (see the module docstring; with
+    its `provenance` record and its trial outcomes), the kept experiments' entries as they were, and
+    the names of every table, figure and page written."""
+    outcomes = outcomes if outcomes is not None else pd.DataFrame(columns=["experiment"])
     entries = {e: dict(entry) for e, entry in kept.experiments.items()}
     for experiment, group in runs.groupby("experiment"):
         experiment = str(experiment)
@@ -291,6 +318,8 @@ def write_manifest(
             "figures": [
                 {"name": f.path.name, "title": f.title} for f in figures if f.experiment == experiment
             ],
+            "provenance": (provenance or {}).get(experiment),
+            "trial_outcomes": _frame(_of(outcomes, experiment)),
         }
     entries = {e: entry | {"sha256": digest(entry)} for e, entry in entries.items()}
     manifest = {
@@ -298,6 +327,7 @@ def write_manifest(
         "options": options,
         "tables": sorted(t.name for t in tables),
         "figures": sorted(f.path.name for f in figures),
+        "pages": sorted(pages),
         "experiments": dict(sorted(entries.items())),
     }
     path = out / MANIFEST

@@ -19,7 +19,16 @@ from analysis.metrics.compute import NO_MEMORY, OVERALL, TEPA_REV, Analysis, pha
 from analysis.metrics.display import env_label, method_label, settings, sorted_experiments, sorted_methods
 from analysis.metrics.memory_quality import LOGGED, METRICS
 from analysis.report.figures import Drawing, Job, method_colors, method_style, render, shade_phases
-from analysis.report.tables import MISSING, Table, _keyed, _of, _phase_columns, interval, number
+from analysis.report.tables import (
+    MISSING,
+    Table,
+    _keyed,
+    _of,
+    _phase_columns,
+    interval,
+    markdown_table,
+    number,
+)
 from analysis.stats import MIN_BOOTSTRAP_SEEDS
 
 APPEND_ONLY = "append_only"
@@ -166,55 +175,61 @@ def _focus_phase(phases: list[str]) -> str:
     return phases[1] if len(phases) > 1 else phases[0]
 
 
-def _describe(memory: dict, setting: tuple[str, str], method: str, phase: str) -> str:
-    share, present, pollution = (
-        _mean(memory, setting, method, phase, m) for m in ("stale_share", "truth_present", "pollution")
-    )
-    return (
-        f"{method_label(method)}: {number(share, 2)} of its retrieved lines stale, the truth among them at "
-        f"{_percent(present)} of its decisions, stale VALID lines outnumbering the true ones at "
-        f"{_percent(pollution)}"
-    )
-
-
-def _percent(x: float) -> str:
-    return MISSING if math.isnan(x) else f"{100 * x:.0f}%"
-
-
-def _setting_sentence(memory: dict, setting: tuple[str, str], phases: list[str], methods: list[str]) -> str:
+def _setting_row(memory: dict, setting: tuple[str, str], phases: list[str], methods: list[str]) -> list[str]:
+    """A setting's row of the section's table: Append-Only's and TEPA-Rev's stale share and pollution
+    index in its focus phase, and the methods with the highest and lowest pollution index."""
     phase = _focus_phase(phases)
-    where = f"**{env_label(setting[1])}** ({setting[0]}), phase {phase}"
-    named = [m for m in (APPEND_ONLY, TEPA_REV) if m in methods]
-    parts = [_describe(memory, setting, m, phase) for m in named]
+    cells = [env_label(setting[1]), setting[0], phase]
+    for method in (APPEND_ONLY, TEPA_REV):
+        cells += [number(_mean(memory, setting, method, phase, m), 2) for m in ("stale_share", "pollution")]
     polluted = {m: _mean(memory, setting, m, phase, "pollution") for m in methods if m != NO_MEMORY}
     polluted = {m: p for m, p in polluted.items() if not math.isnan(p)}
-    if polluted:
-        worst, best = (
-            max(polluted, key=lambda m: (polluted[m], m)),
-            min(polluted, key=lambda m: (polluted[m], m)),
-        )
-        if polluted[worst] == polluted[best]:
-            parts.append(f"every method's pollution index is {number(polluted[worst], 2)}")
-        else:
-            parts.append(
-                f"the highest pollution index is {method_label(worst)}'s ({number(polluted[worst], 2)}), "
-                f"the lowest {method_label(best)}'s ({number(polluted[best], 2)})"
-            )
-    text = f"- {where}: " + "; ".join(parts) + "."
-    if len(named) == 2 and all(m in polluted for m in named):
-        verdicts = [f"{method_label(m)}'s {'are' if polluted[m] > DOMINATED else 'are not'}" for m in named]
-        text += (
-            f" So {verdicts[0]} dominated by stale VALID lines at most decisions of this phase, "
-            f"and {verdicts[1]}."
-        )
-    return text
+    if not polluted:
+        return [*cells, MISSING, MISSING]
+    worst = max(polluted, key=lambda m: (polluted[m], m))
+    best = min(polluted, key=lambda m: (polluted[m], m))
+    if polluted[worst] == polluted[best]:
+        return [*cells, f"all {number(polluted[worst], 2)}", f"all {number(polluted[best], 2)}"]
+    return [
+        *cells,
+        f"{method_label(worst)} {number(polluted[worst], 2)}",
+        f"{method_label(best)} {number(polluted[best], 2)}",
+    ]
 
 
-def section(analysis: Analysis) -> str:
-    """The results/README.md section on memory quality: sentences computed from `analysis.memory`, and
-    one line naming the experiments without memory metrics. It reads the analysis' frames only, so that
-    the results an analysis keeps of an experiment absent from its runs read as a full analysis wrote
-    them."""
+def dominated(analysis: Analysis, method: str) -> tuple[list[str], int]:
+    """The settings (labels) where `method`'s prompts are dominated by stale VALID lines at most decisions
+    of the focus phase (pollution index above DOMINATED), and how many settings report it."""
+    memory = _keyed(analysis.memory, "experiment", "env", "memory", "phase", "metric")
+    found, reported = [], 0
+    for setting in settings(analysis.memory):
+        phase = _focus_phase(analysis.phases.get(setting, [OVERALL]))
+        pollution = _mean(memory, setting, method, phase, "pollution")
+        if not math.isnan(pollution):
+            reported += 1
+            if pollution > DOMINATED:
+                found.append(f"{env_label(setting[1])} ({setting[0]})")
+    return found, reported
+
+
+_ROW_COLUMNS = [
+    "Setting",
+    "Experiment",
+    "Phase",
+    "Append-Only stale share",
+    "Append-Only pollution",
+    "TEPA-Rev stale share",
+    "TEPA-Rev pollution",
+    "Highest pollution",
+    "Lowest pollution",
+]
+
+
+def section(analysis: Analysis, provenance: dict[str, str] | None = None) -> str:
+    """The results/README.md section on memory quality: one table and one sentence computed from
+    `analysis.memory`, the runs they come from (`provenance`: experiment -> text), and one line naming
+    the experiments without memory metrics. It reads the analysis' frames only, so that the results an
+    analysis keeps of an experiment absent from its runs read as a full analysis wrote them."""
     parts = ["## Memory quality, without a reader\n"]
     with_metrics = set(analysis.memory["experiment"]) if len(analysis.memory) else set()
     analysed = analysis.success["experiment"] if len(analysis.success) else []
@@ -236,15 +251,34 @@ def section(analysis: Analysis) -> str:
         "Every number in this section is computed from what the prompts held (each decision's retrieved "
         "evidence and the truth its environment reports for the task's key, both in episodes.parquet), "
         "never from a reply: it needs no reader and does not move with the simulated reader's lapse rate "
-        "or weights. " + _DEFINITIONS.split(". Mean over seeds")[0] + ". Per experiment: the "
-        "memory-quality tables below; over time: the stale-share figures.\n"
+        "or weights. " + _DEFINITIONS.split(". Mean over seeds")[0] + ". Per method "
+        "and phase: the memory-quality table on each experiment's page; over time: the stale-share "
+        "figures there.\n"
     )
     memory = _keyed(analysis.memory, "experiment", "env", "memory", "phase", "metric")
-    lines = []
+    rows = []
     for setting in settings(analysis.memory):
         methods = sorted_methods(_of(analysis.memory, experiment=setting[0], env=setting[1])["memory"])
-        lines.append(_setting_sentence(memory, setting, analysis.phases.get(setting, [OVERALL]), methods))
-    parts.append("\n".join(lines) + "\n")
+        rows.append(_setting_row(memory, setting, analysis.phases.get(setting, [OVERALL]), methods))
+    parts.append(markdown_table(_ROW_COLUMNS, rows, labels=3))
+    sentences = []
+    for method in (APPEND_ONLY, TEPA_REV):
+        found, reported = dominated(analysis, method)
+        if reported:
+            where = f" ({', '.join(found)})" if found else ""
+            sentences.append(f"{method_label(method)}'s in {len(found)} of {reported}{where}")
+    if sentences:
+        parts.append(
+            "Phase: the first after the first boundary (the only one where there is none). Prompts "
+            f"dominated by stale VALID lines at most decisions (pollution index above {DOMINATED:g}): "
+            + "; ".join(sentences)
+            + " settings.\n"
+        )
+    if provenance:
+        experiments = sorted_experiments(with_metrics)
+        parts.append(
+            "From " + "; ".join(f"{e}: {provenance[e]}" for e in experiments if e in provenance) + ".\n"
+        )
     if unavailable:
         parts.append("Memory metrics unavailable for " + "; ".join(unavailable) + ".\n")
     return "\n".join(parts)

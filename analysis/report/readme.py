@@ -1,19 +1,23 @@
-"""results/README.md: every table and figure on one page, with the paper's numbers kept apart from ours."""
+"""results/README.md: the summary, the scorecard, the figures a reader looks at first, the runs with a page
+per experiment, and the paper's tables, with the paper's numbers kept apart from ours."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
 from analysis.data.load import SWEEP_EXPERIMENT, experiment_variants, in_sweep
-from analysis.metrics.compute import sweep_method
-from analysis.metrics.display import experiment_title, method_label, sorted_experiments, sorted_methods
+from analysis.metrics.compute import Analysis, sweep_method
+from analysis.metrics.display import EXPERIMENT_ORDER, method_label, sorted_experiments, sorted_methods
 from analysis.report.deployed import deployed_section
 from analysis.report.figures import FigureFile
+from analysis.report.pages import figure_parts, owner, page_name, render_page, table_parts
 from analysis.report.tables import SCORECARD, Table, markdown_table, plain
+from analysis.report.titles import config_title
+from analysis.report.trials import HEADING, trial_sentences
 from analysis.streamlog.atomic import SHARED, atomic_write_bytes
 
 SIMULATED_BACKEND_NOTE = (
@@ -35,8 +39,6 @@ PROVENANCE_NOTE = (
     "seeds."
 )
 
-_UNESCAPED_BRACKET = re.compile(r"(?<!\\)((?:\\\\)*)([\[\]])")  # after an even run of backslashes
-
 
 def backend(config: dict[str, object]) -> str:
     """The LLM backend of a run from its flattened config: class name, plus the model when set."""
@@ -47,7 +49,7 @@ def backend(config: dict[str, object]) -> str:
 
 def inventory(runs: pd.DataFrame) -> dict[str, list[str]]:
     """Experiment -> its row of the Runs table: which methods, backends, envs, seeds and runs the tables
-    are built from (the experiment named with its runs' configuration variants)."""
+    are built from (the experiment named as headings name it, `config_title`)."""
     rows = {}
     variants = experiment_variants(runs[~in_sweep(runs)])
     for experiment in sorted_experiments(runs["experiment"]):
@@ -58,13 +60,40 @@ def inventory(runs: pd.DataFrame) -> dict[str, list[str]]:
         methods = ", ".join(method_label(m) for m in sorted_methods(labels))
         backends = ", ".join(sorted({backend(c) for c in of["config"]}))
         counts = [str(of["env"].nunique()), str(of["seed"].nunique()), str(len(of))]
-        rows[experiment] = [experiment_title(experiment, variants), methods, backends, *counts]
+        rows[experiment] = [config_title(experiment, variants), methods, backends, *counts]
     return rows
 
 
-def _inventory(rows: dict[str, list[str]]) -> str:
-    ordered = [rows[e] for e in sorted_experiments(rows)]
-    return markdown_table(["Experiment", "Methods", "Backend", "Envs", "Seeds", "Runs"], ordered, labels=3)
+def _inventory(rows: dict[str, list[str]], pages: dict[str, str], provenance: dict[str, str]) -> str:
+    """The Runs table: each experiment's row, its page and where its numbers come from."""
+    ordered = [
+        [*rows[e], f"[{pages[e][:-3]}]({pages[e]})" if e in pages else "", provenance.get(e, "")]
+        for e in sorted_experiments(rows)
+    ]
+    columns = ["Experiment", "Methods", "Backend", "Envs", "Seeds", "Runs", "Page", "From"]
+    return markdown_table(columns, ordered, labels=3)
+
+
+#: What the scorecard's rows beyond the paper come from (the map names its runs on its own page).
+MAP_SOURCE = "runs of robustness_map (map/README.md; commit and date not recorded)"
+
+
+def _with_sources(card: Table, provenance: dict[str, str]) -> Table:
+    """The scorecard with a last column saying which runs each row comes from."""
+    sources = [provenance.get(e, MAP_SOURCE) for e in card.data["experiment"]]
+    rows = [[*row, source] for row, source in zip(card.rows, sources, strict=True)]
+    return replace(card, columns=[*card.columns, "From (runs)"], rows=rows)
+
+
+#: Figures a reader looks at first, on the top page as well as their experiment's: how success moves
+#: over each paper stream.
+FIRST_LOOK = "success_over_time_"
+
+
+def _first_look(figure: FigureFile, pages: dict[str, str]) -> bool:
+    return figure.experiment not in pages or (
+        figure.path.name.startswith(FIRST_LOOK) and figure.experiment in EXPERIMENT_ORDER
+    )
 
 
 def render_report(
@@ -75,46 +104,101 @@ def render_report(
     *,
     backend_note: str = SIMULATED_BACKEND_NOTE,
     sections: Sequence[str] = (),
+    summary: Sequence[str] = (),
+    pages: dict[str, str] | None = None,
+    provenance: dict[str, str] | None = None,
+    notes: dict[str, list[str]] | None = None,
 ) -> str:
-    """The README text; `runs`: the Runs table's rows (`inventory`); paths of tables and figures are
-    written relative to `root` (results/); `sections` (markdown) follow the scorecard."""
-    parts = [
-        "# Results\n",
+    """The top page's text; `runs`: the Runs table's rows (`inventory`); paths of tables and figures are
+    written relative to `root` (results/); `sections` (markdown) follow the scorecard; `summary`: the
+    lines the page opens with; `pages`: experiment -> its page (whose tables and figures are left out
+    here, but for the first-look figures); `provenance`: experiment -> which runs its numbers come from;
+    `notes`: table name -> paragraphs set after that table."""
+    pages, provenance, notes = pages or {}, provenance or {}, notes or {}
+    shown = [f for f in figures if _first_look(f, pages)]
+    parts = ["# Results\n"]
+    if summary:
+        parts += ["## Summary\n", "\n".join([*summary, _contents(root, pages, bool(shown))]) + "\n"]
+    parts += [
         "Regenerate everything on this page from the run logs with `python -m analysis --runs "
-        "results/runs --out results` (`make figures`); tables are also in `tables/` as CSV and LaTeX.\n",
+        "results/runs --out results` (`make figures`); tables are also in `tables/` as CSV and LaTeX, and "
+        "each experiment's tables and figures are on its own page (the Runs table links them).\n",
         PROVENANCE_NOTE + "\n",
         backend_note + "\n",
     ]
-    first = [t for t in tables if t.name == SCORECARD]
-    for table in first:  # what reproduces, before anything else
-        parts += [f"## {plain(table.title)}\n", *_table_parts(table)]
-    parts += [*sections, "## Runs\n", _inventory(runs), "## Tables\n"]
-    for table in tables:
-        if table.name != SCORECARD:
-            parts += [f"### {plain(table.title)}\n", *_table_parts(table)]
-    if figures:
+    for table in (t for t in tables if t.name == SCORECARD):  # what reproduces, before anything else
+        table = _with_sources(table, provenance) if provenance else table
+        parts += [f"## {plain(table.title)}\n", *table_parts(table, notes.get(table.name, []))]
+    if shown:
         parts.append("## Figures\n")
-    for figure in figures:
-        relative = figure.path.relative_to(root).as_posix()
-        title = plain(figure.title)
-        alt = _UNESCAPED_BRACKET.sub(r"\1\\\2", title)  # no bracket of the title ends the alt text
-        parts += [f"### {title}\n", f"![{alt}]({relative})\n"]
+    for figure in shown:
+        parts += figure_parts(figure, root)
+    parts += ["## Runs\n", _inventory(runs, pages, provenance), *sections, "## Tables\n"]
+    for table in tables:
+        if table.name != SCORECARD and owner(table, pages) == "":
+            parts += [f"### {plain(table.title)}\n", *table_parts(table, notes.get(table.name, []))]
     return "\n".join(parts + _companions(root))
 
 
-def _table_parts(table: Table) -> list[str]:
-    base = f"tables/{table.name}"
-    return [
-        markdown_table(table.columns, table.rows, table.labels),
-        *([plain(table.note) + "\n"] if table.note else []),
-        f"Files: [{base}.csv]({base}.csv), [{base}.tex]({base}.tex)\n",
-    ]
+def _contents(root: Path, pages: dict[str, str], figures: bool) -> str:
+    """The summary's last line: links to the sections of the page, every experiment's page and the
+    reports of other commands that are there."""
+    links = ["[scorecard](#reproduction-scorecard)", *(["[figures](#figures)"] if figures else [])]
+    links += ["[runs](#runs)", "[paper tables](#tables)"]
+    links += [f"[{pages[e][:-3]}]({pages[e]})" for e in sorted_experiments(pages)]
+    others = (("map/README.md", "robustness map"), ("deployed/README.md", "deployed retrieval"))
+    others += (("calibration.md", "calibration"), ("sensitivity.md", "sensitivity"), ("bench.md", "bench"))
+    links += [f"[{label}]({name})" for name, label in others if (root / name).is_file()]
+    return "- **Pages:** " + " · ".join(links)
+
+
+def table_notes(
+    analysis: Analysis, tables: Sequence[Table], outcomes: pd.DataFrame, sources: dict[str, str]
+) -> dict[str, list[str]]:
+    """Table name -> the paragraphs set after it: which runs each paper table comes from (`sources`:
+    experiment -> text), and why TEPA-Full equals TEPA-Rev, under the success table of each experiment
+    and the drift table, where it does (`outcomes`: `trials.trial_outcomes`)."""
+    notes: dict[str, list[str]] = {}
+    for table in tables:
+        if table.name.startswith("paper_") and table.name != "paper_numbers" and "experiment" in table.data:
+            named = [e for e in sorted_experiments(table.data["experiment"].dropna()) if e in sources]
+            if named:
+                notes[table.name] = ["From " + "; ".join(f"{e}: {sources[e]}" for e in named) + ".\n"]
+    for experiment in sorted_experiments(analysis.success["experiment"]) if len(analysis.success) else []:
+        sentences = " ".join(trial_sentences(analysis, experiment, outcomes))
+        if sentences:
+            notes.setdefault(f"success_{experiment}", []).extend([f"### {HEADING}\n", sentences + "\n"])
+            notes.setdefault("paper_drift", []).append(sentences + "\n")
+    return notes
+
+
+def render_pages(
+    tables: Sequence[Table],
+    figures: Sequence[FigureFile],
+    root: Path,
+    *,
+    titles: dict[str, str],
+    provenance: dict[str, str],
+    notes: dict[str, list[str]],
+) -> dict[str, str]:
+    """Page name -> text of each experiment's page (`titles`: experiment -> its heading)."""
+    return {
+        page_name(e): render_page(
+            titles[e],
+            [t for t in tables if owner(t, titles) == e],
+            [f for f in figures if f.experiment == e],
+            root,
+            provenance=provenance.get(e, "runs not recorded"),
+            notes=notes,
+        )
+        for e in sorted_experiments(titles)
+    }
 
 
 def _companions(root: Path) -> list[str]:
-    """Reports written by other commands into the same folder: the benchmark table (`make bench`)
-    verbatim, links to the reader's calibration and sensitivity analysis (`make calibrate`), and the
-    robustness map's findings (`make map`)."""
+    """Reports written by other commands into the same folder: links to the reader's calibration and
+    sensitivity analysis (`make calibrate`) and the benchmark (`make bench`), the robustness map's
+    findings (`make map`) and the deployed retrieval's section."""
     parts = []
     links = [f"[{name}]({name})" for name in ("calibration.md", "sensitivity.md") if (root / name).is_file()]
     if links:
@@ -128,15 +212,20 @@ def _companions(root: Path) -> list[str]:
     if robustness.is_file():
         parts += [
             "## Beyond the paper: when revocation pays (the robustness map, `make map`)\n",
+            "From the runs of experiment robustness_map (`make map`; cells and seeds in "
+            "[map/README.md](map/README.md); commit and date not recorded).\n",
             robustness.read_text(encoding="utf-8"),
             "Figures, tables and definitions: [map/README.md](map/README.md).\n",
         ]
     parts += deployed_section(
         root
     )  # results/deployed/, written by `python -m analysis --out results/deployed`
-    bench = root / "bench.md"
-    if bench.is_file():
-        parts.append(bench.read_text(encoding="utf-8"))
+    if (root / "bench.md").is_file():
+        parts += [
+            "## Performance (`make bench`)\n",
+            "Time and prompt footprint of every method, and the wall time of `make reproduce` and "
+            "`make map` against their targets: [bench.md](bench.md).\n",
+        ]
     return parts
 
 
@@ -148,10 +237,25 @@ def write_report(
     *,
     backend_note: str = SIMULATED_BACKEND_NOTE,
     sections: Sequence[str] = (),
+    summary: Sequence[str] = (),
+    pages: dict[str, str] | None = None,
+    provenance: dict[str, str] | None = None,
+    notes: dict[str, list[str]] | None = None,
 ) -> Path:
     """Write `root`/README.md and return its path."""
     root = Path(root)
     path = root / "README.md"
-    text = render_report(tables, figures, runs, root, backend_note=backend_note, sections=sections)
+    text = render_report(
+        tables,
+        figures,
+        runs,
+        root,
+        backend_note=backend_note,
+        sections=sections,
+        summary=summary,
+        pages=pages,
+        provenance=provenance,
+        notes=notes,
+    )
     atomic_write_bytes(path, text.encode(), mode=SHARED)
     return path

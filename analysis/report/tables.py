@@ -16,8 +16,9 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.metrics.compute import NO_MEMORY, ORACLE_RESET, OVERALL, TEPA_REV, Analysis
-from analysis.metrics.display import env_label, experiment_title, method_label, settings, sorted_experiments
+from analysis.metrics.display import env_label, method_label, settings, sorted_experiments
 from analysis.reference import paper, scorecard
+from analysis.report.titles import config_title
 from analysis.stats import EXACT_MAX_PAIRS, MIN_BOOTSTRAP_SEEDS, MIN_SIGN_FLIP_SEEDS, N_RESAMPLES
 from analysis.streamlog.atomic import SHARED, atomic_write_bytes
 
@@ -341,7 +342,7 @@ def _paper_table(
 def _variant_title(analysis: Analysis, title: str, experiments: list[str]) -> str:
     """A paper table's title, naming the configuration variants of its experiments' runs if any."""
     named = [
-        experiment_title(e, analysis.variants) for e in dict.fromkeys(experiments) if analysis.variants.get(e)
+        config_title(e, analysis.variants) for e in dict.fromkeys(experiments) if analysis.variants.get(e)
     ]
     return f"{title}: {'; '.join(named)}" if named else title
 
@@ -441,12 +442,34 @@ def reference_table() -> Table:
     )
 
 
+#: The verdicts whose cell says how far off our number is.
+_OFF = (scorecard.DIRECTION, scorecard.NOT_REPRODUCED)
+
+
+def gap(record: dict) -> float:
+    """Ours - the paper's for a graded number (success, MPI, difference); NaN for others."""
+    if record["metric"] not in ("success", "mpi", "diff") or _missing(record.get("ours")):
+        return math.nan
+    return float(record["ours"]) - float(record["paper"]) if not _missing(record.get("paper")) else math.nan
+
+
+def verdict_text(record: dict) -> str:
+    """The verdict with its size where it falls short: "direction only (+0.57 off)"."""
+    off = gap(record)
+    if record["verdict"] in _OFF and not math.isnan(off):
+        return f"{record['verdict']} ({number(off, 2, signed=True)} off)"
+    return str(record["verdict"])
+
+
 def scorecard_table(analysis: Analysis, root: Path | None = None) -> Table:
-    """Every number the paper reports: ours, the paper's, the verdict, and why when it differs; then,
-    with the results folder `root`, the robustness map's conclusions beyond the paper."""
+    """Every number the paper reports: ours, the paper's, the verdict (with how far off), and why when
+    it differs; then, with the results folder `root`, the robustness map's conclusions beyond the paper.
+    Which runs each row comes from is the page's to say (`analysis.report.readme`): the table files stay
+    what a full analysis of all the runs writes, whatever was kept."""
     data = scorecard.scorecard(analysis)
     if root is not None:
         data = pd.concat([data, scorecard.beyond_the_paper(root)], ignore_index=True)
+    data = data.assign(gap=[gap(r) for r in data.to_dict("records")])
     rows = []
     for r in data.to_dict("records"):
         if r["metric"] in ("map_gap", "map_winner"):
@@ -469,7 +492,7 @@ def scorecard_table(analysis: Analysis, root: Path | None = None) -> Table:
             theirs = ("~" if r["paper_approximate"] else "") + number(r["paper"], digits, signed=signed)
         link = f"[evidence]({r['evidence']})" if r["evidence"] else ""
         why = f"{r['reason']} ({link})" if r["reason"] and link else r["reason"] or link
-        cells = [env_label(r["env"]), r["phase"], scorecard.describe(r), r["verdict"], ours, theirs]
+        cells = [env_label(r["env"]), r["phase"], scorecard.describe(r), verdict_text(r), ours, theirs]
         rows.append([*cells, _memory_figures(r), why])
     verdicts = data["verdict"].value_counts()
     optional = (scorecard.VARIANT, scorecard.BEYOND)
@@ -482,7 +505,8 @@ def scorecard_table(analysis: Analysis, root: Path | None = None) -> Table:
         else ""
     )
     note = (
-        f"{len(data)} rows: {counts}. Reproduced: the paper's value inside our 95% interval or within "
+        f"{len(data)} rows: {counts}. The verdict of a number that falls short says how far off ours is "
+        "(ours - the paper's). Reproduced: the paper's value inside our 95% interval or within "
         f"{scorecard.TOLERANCE:g} of our mean; direction only: the same sign (MPI, differences) and the "
         "same ordering against the other methods the paper reports in the cell (success); a p-value "
         "claim is reproduced when both our exact sign-flip and paired bootstrap p meet it."
@@ -542,7 +566,7 @@ def success_table(analysis: Analysis, experiment: str) -> Table | None:
     columns, rows = _wide(analysis, analysis.success, experiment)
     return Table(
         f"success_{experiment}",
-        f"{experiment_title(experiment, analysis.variants)}: success per phase",
+        f"{config_title(experiment, analysis.variants)}: success per phase",
         columns,
         rows,
         data.reset_index(drop=True),
@@ -562,7 +586,7 @@ def mpi_table(analysis: Analysis, experiment: str) -> Table | None:
     )
     return Table(
         f"mpi_{experiment}",
-        f"{experiment_title(experiment, analysis.variants)}: memory pollution index (MPI) per phase",
+        f"{config_title(experiment, analysis.variants)}: memory pollution index (MPI) per phase",
         columns,
         rows,
         data.reset_index(drop=True),
@@ -618,7 +642,7 @@ def paired_table(analysis: Analysis, experiment: str) -> Table | None:
     )
     return Table(
         f"paired_{experiment}",
-        f"{experiment_title(experiment, analysis.variants)}: paired tests, TEPA-Rev vs each method",
+        f"{config_title(experiment, analysis.variants)}: paired tests, TEPA-Rev vs each method",
         columns,
         rows,
         data.reset_index(drop=True),
@@ -656,7 +680,7 @@ def adaptation_table(analysis: Analysis, experiment: str) -> Table | None:
     )
     return Table(
         f"adaptation_{experiment}",
-        f"{experiment_title(experiment, analysis.variants)}: adaptation after phase boundaries",
+        f"{config_title(experiment, analysis.variants)}: adaptation after phase boundaries",
         columns,
         rows,
         data.reset_index(drop=True),
@@ -700,7 +724,7 @@ def cost_table(analysis: Analysis, experiment: str) -> Table | None:
     )
     return Table(
         f"cost_{experiment}",
-        f"{experiment_title(experiment, analysis.variants)}: prompt size, lifecycle and trial cost",
+        f"{config_title(experiment, analysis.variants)}: prompt size, lifecycle and trial cost",
         columns,
         rows,
         data.reset_index(drop=True),
