@@ -1,4 +1,4 @@
-"""`python -m analysis.choices`: what a choice copied from its prompt, and replaying logged streams to
+"""`python -m runners.llm.choices`: what a choice copied from its prompt, and replaying logged streams to
 recover the prompts."""
 
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 import pandas as pd
 
-from analysis.choices import describe, main
+from runners.llm.choices import describe, main
 from envs.base import Task
 from runners.agent.prompt import render
 from runners.run import PROJECT_ROOT
@@ -55,4 +55,4 @@ def test_the_streams_are_replayed_and_the_rates_written(tmp_path):
 
 def test_no_complete_run_is_one_line_and_exit_code_2(tmp_path, capsys):
     assert main(["--runs", str(tmp_path), "--out", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.strip() == f"analysis.choices: runs: no complete run under {tmp_path}"
+    assert capsys.readouterr().err.strip() == f"runners.llm.choices: runs: no complete run under {tmp_path}"

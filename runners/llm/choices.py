@@ -1,4 +1,4 @@
-"""What a model's choices follow, as its memory grows: `python -m analysis.choices --runs DIR --out DIR`.
+"""What a model's choices follow, as its memory grows: `python -m runners.llm.choices --runs DIR --out DIR`.
 
 Success rates say whether memory helped; they do not say what the model read. Each complete stream is
 replayed (its environment and memory rebuilt from meta.json, the logged replies fed back, no model
@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 
 from analysis.data.load import find_runs
 from analysis.report.tables import markdown_table, publish_table
-from analysis.streamlog import stream as logformat
+from analysis.streamlog import stream
 from runners.agent.loop import _logged_replies, run_stream
 from runners.agent.prompt import EVIDENCE_LINE, OPTION_LINE
 from runners.agent.replay import read_records
@@ -66,7 +66,7 @@ class _Replayer:
 
 def replay_prompts(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """A complete stream's episode rows and the user prompt of each decision."""
-    meta = logformat.read_meta(run_dir) or {}
+    meta = stream.read_meta(run_dir) or {}
     rows = read_records(run_dir)
     spec = validate(OmegaConf.create(dict(meta["config"])), {})  # as `runners.agent.replay` rebuilds a stream
     backend = _Replayer(rows)
@@ -167,7 +167,7 @@ def to_markdown(table: pd.DataFrame) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.choices", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m runners.llm.choices", description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=Path, required=True, help="root of the run logs")
     parser.add_argument("--out", type=Path, required=True, help="writes tables/choices.{md,csv}")
     parser.add_argument("--order", default="", help="methods in this order (comma-separated config names)")
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         table = summarise(diagnose(args.runs), [m for m in args.order.split(",") if m])
     except ValueError as error:
-        print(f"analysis.choices: {error}", file=sys.stderr)
+        print(f"runners.llm.choices: {error}", file=sys.stderr)
         return 2
     text = to_markdown(table)
     publish_table(table, text, args.out, "choices")
