@@ -7,12 +7,12 @@ over the whole stream, coloured by state, with phase boundaries, re-promotions a
 default `RUN_DIR/timeline_key=<key>.png`).
 
 The stream's files are verified against meta.json's checksums first. What the model saw comes from the
-log when the run logged it (`prompt`, with `log_prompts=true`; else the memory lines and options of
-`evidence` / `options`); only a run that logged neither is replayed through the harness
-(`runners.agent.replay`: the logged replies are fed back, no model is called), after checking that its
-data files are still the ones it read. Precedents come from `archive.jsonl`, for any memory that logs
-lifecycle events (`analysis.events`). Everything shown from a log or a reply goes through `visible`:
-terminal control characters are printed escaped, never sent to the terminal.
+log (`prompt`, with `log_prompts=true`; else the memory lines and options of `evidence` / `options`).
+The inspector reads logs only: for a run that logged neither it names the harness command that rebuilds
+the prompt by replaying the stream (`python -m runners.agent.replay RUN_DIR --t T`). Precedents come from
+`archive.jsonl`, for any memory that logs lifecycle events (`analysis.streamlog.events`). Everything
+shown from a log or a reply goes through `visible`: terminal control characters are printed escaped,
+never sent to the terminal.
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import string
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -142,14 +144,15 @@ def describe(
     return "\n".join(lines)
 
 
-def logged_prompt_lines(prompts: list[Any]) -> list[str]:
-    """The logged chat messages of every hop, as sent."""
+def prompt_lines(prompts: Sequence[Sequence[dict[str, str]]], source: str = "logged") -> list[str]:
+    """The chat messages of every hop, as sent; `source` says where they come from (the log, or a
+    replay of the stream)."""
     lines: list[str] = []
     for i, messages in enumerate(prompts):
         hop = f" (hop {i + 1})" if len(prompts) > 1 else ""
         for message in messages:
             lines += [
-                visible(f"--- prompt{hop}: {message['role']} (logged) ---"),
+                visible(f"--- prompt{hop}: {message['role']} ({source}) ---"),
                 visible(message["content"]),
             ]
     return lines
@@ -185,24 +188,10 @@ def logged_memory_lines(record: dict[str, Any]) -> list[str] | None:
     return lines
 
 
-def replayed_prompt_lines(run_dir: Path, t: int) -> list[str]:
-    """The prompt rebuilt by replaying the stream (a run that logged no samples), or one line saying
-    why it is not shown."""
-    from runners.agent.loop import ReplayMismatch  # the harness, for runs without samples only
-    from runners.agent.replay import replay_decision
-
-    try:
-        decision = replay_decision(run_dir, t)
-    except (ValueError, ReplayMismatch) as refused:  # ReplayRefused, or a log the harness replays otherwise
-        why = visible(f"(cannot rebuild it: {refused}; what follows is logged)")
-        return ["--- prompt: not shown ---", why]
-    lines: list[str] = []
-    for i, messages in enumerate(decision.prompts):
-        hop = f" (hop {i + 1})" if len(decision.prompts) > 1 else ""
-        for message in messages:
-            head = visible(f"--- prompt{hop}: {message['role']} (rebuilt by replay) ---")
-            lines += [head, visible(message["content"])]
-    return lines
+def replay_hint(run_dir: Path, t: int) -> list[str]:
+    """What to run to see the prompt of a run that logged no samples: the harness rebuilds it."""
+    command = f"python -m runners.agent.replay {shlex.quote(str(run_dir))} --t {t}"
+    return ["--- prompt: not logged ---", visible(f"(this run logged no samples; `{command}` rebuilds it)")]
 
 
 def precedent_lines(events: Any, key: str, t: int, memory: str) -> list[str]:
@@ -298,9 +287,9 @@ def main(argv: list[str] | None = None) -> int:
             record = record_at(records, args.t, args.run_dir)
             key = key if key is not None else record["key"]
             prompts = _logged(record, "prompt")
-            seen = logged_prompt_lines(prompts) if prompts else logged_memory_lines(record)
+            seen = prompt_lines(prompts) if prompts else logged_memory_lines(record)
             if seen is None:
-                seen = replayed_prompt_lines(args.run_dir, args.t)
+                seen = replay_hint(args.run_dir, args.t)
             print(describe(record, seen, events, key, args.t))
         if args.timeline:
             print(f"wrote {visible(timeline(args.run_dir, meta, events, key, args.t, args.out))}")

@@ -1,10 +1,12 @@
-"""The run inspector: the prompt a run sent (logged, or rebuilt exactly by replaying the stream's log when
-its data is unchanged), the reply, the outcome and the precedents, for any memory that logs events."""
+"""The run inspector: the prompt a run sent (logged; for a run that logged none, the harness command that
+rebuilds it exactly by replaying the stream's log when its data is unchanged), the reply, the outcome and
+the precedents, for any memory that logs events."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +21,7 @@ from analysis.report.timeline import busiest_key, read_lifecycle
 from analysis.streamlog.record import SAMPLE
 from analysis.streamlog.stream import EPISODES, META, file_record
 from envs.controlled_drift import ControlledDrift
+from runners.agent.replay import main as replay
 from runners.agent.replay import replay_decision
 from runners.llm.backend import Reply, Request
 from runners.llm.simulated.reader import SimulatedBackend
@@ -54,7 +57,7 @@ def run_recorded(results: Path, env: str, memory: str, *more: str) -> tuple[Path
 @pytest.mark.parametrize(
     ("env", "memory"), [("executable_drift", "tepa_rev"), ("controlled_drift", "append_only")]
 )
-def test_the_inspector_rebuilds_every_prompt_the_run_sent(tmp_path, env, memory):
+def test_the_replay_rebuilds_every_prompt_the_run_sent(tmp_path, env, memory):
     run_dir, sent = run_recorded(tmp_path, env, memory)
     steps = pq.read_table(run_dir / "episodes.parquet", columns=["t"]).column("t").to_pylist()
     assert len(sent) == len(steps) == 32
@@ -85,15 +88,18 @@ def test_the_inspector_names_a_missing_step_in_one_line(tmp_path, capsys):
 
 def test_the_inspectors_log_reading_and_drawing_need_no_harness(tmp_path):
     run_dir, _ = run_recorded(tmp_path, "controlled_drift", "tepa_rev")
+    rewrite_log(run_dir, without_samples)  # not even to show a prompt the run did not log
     code = (
         "import sys; from analysis.inspect import main; "
-        f"assert main([{str(run_dir)!r}, '--timeline', '--out', {str(tmp_path / 't.png')!r}]) == 0; "
+        f"args = [{str(run_dir)!r}, '--t', '9', '--timeline', '--out', {str(tmp_path / 't.png')!r}]; "
+        "assert main(args) == 0; "
         "harness = {'envs', 'runners', 'tepa', 'baselines'}; "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in harness); "
         "print(bad); sys.exit(1 if bad else 0)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PROJECT_ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert "--- prompt: not logged ---" in result.stdout
 
 
 def test_the_report_shows_lifecycle_timelines_of_tepa_rev_and_tepa_norev(tmp_path):
@@ -206,30 +212,42 @@ def test_the_inspector_escapes_terminal_control_characters_of_a_reply(tmp_path, 
     assert "Answer: A\\x1b]0;owned\\x07\\x1b[2J\\r" in text
 
 
-def test_a_run_whose_class_does_not_import_here_is_reported_without_its_prompt_in_one_line(tmp_path, capsys):
+def test_the_inspector_names_the_replay_command_for_a_run_that_logged_no_prompt(tmp_path, capsys):
     run_dir = tiny_stream(tmp_path, "memory=tepa_rev")
     rewrite_log(run_dir, without_samples)  # an older log: only a replay could show its prompt
-    unbuildable(run_dir)
     assert main([str(run_dir), "--t", "9"]) == 0
     out, err = capsys.readouterr()
-    assert err == "" and "Traceback" not in out
-    assert "--- prompt: not shown ---\n(cannot rebuild it: meta.json's config does not build here: " in out
-    assert "not_on_this_path" in out and "--- reply ---" in out and "--- precedents of key" in out
+    assert err == "" and "--- reply ---" in out and "--- precedents of key" in out
+    command = f"python -m runners.agent.replay {run_dir} --t 9"
+    assert f"--- prompt: not logged ---\n(this run logged no samples; `{command}` rebuilds it)\n" in out
+    assert replay(shlex.split(command)[3:]) == 0  # the command as printed
+    assert "--- prompt: user (rebuilt by replay) ---" in capsys.readouterr().out
 
 
-def test_the_inspector_refuses_to_rebuild_a_prompt_from_data_that_changed_since_the_run(tmp_path, capsys):
+def test_a_replay_of_a_run_whose_class_does_not_import_here_is_refused_in_one_line(tmp_path, capsys):
+    run_dir = tiny_stream(tmp_path, "memory=tepa_rev")
+    rewrite_log(run_dir, without_samples)
+    unbuildable(run_dir)
+    assert replay([str(run_dir), "--t", "9"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("runners.agent.replay: meta.json's config does not build here: ")
+    assert "not_on_this_path" in err
+
+
+def test_the_replay_refuses_to_rebuild_a_prompt_from_data_that_changed_since_the_run(tmp_path, capsys):
     data = tmp_path / "facts.txt"
     data.write_text("the facts the run read")
     target = f"env._target_={__name__}.FileDrift"
     run_dir = tiny_stream(tmp_path, "env=custom", target, f"+env.data_file={data}", "memory=tepa_rev")
     rewrite_log(run_dir, without_samples)  # an older log: only a replay could show its prompt
-    assert main([str(run_dir), "--t", "9"]) == 0
+    assert replay([str(run_dir), "--t", "9"]) == 0
     assert "(rebuilt by replay)" in capsys.readouterr().out  # the same data: rebuilt
     data.write_text("facts edited since")
-    assert main([str(run_dir), "--t", "9"]) == 0
-    text = capsys.readouterr().out
-    assert "(rebuilt by replay)" not in text
-    assert "(cannot rebuild it: the data files changed since the run (fingerprint " in text
+    assert replay([str(run_dir), "--t", "9"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert "the data files changed since the run (fingerprint " in err
 
 
 def test_a_damaged_log_or_an_unwritable_out_is_one_line(tmp_path, capsys):

@@ -5,14 +5,17 @@ are fed back (as a resumed run does, `runners.agent.loop.run_stream`), so the pr
 the one the model received, byte for byte. That holds only while the stream's data files are the ones
 it read: their fingerprint is checked against meta.json's first, and a stream whose data changed (or
 whose config no longer builds here) is refused with one line. This is the harness side of
-`python -m analysis.inspect` for runs that did not log their prompts; the inspector itself reads logs.
+`python -m analysis.inspect`, which reads logs only: for a run that logged no samples,
+`python -m runners.agent.replay RUN_DIR --t T` prints the prompt of episode t, rebuilt.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +24,9 @@ from typing import Any
 import pyarrow.parquet as pq
 from omegaconf import OmegaConf
 
+from analysis.inspect import prompt_lines, visible
 from analysis.streamlog.stream import EPISODES, META, read_meta, verify
-from runners.agent.loop import _logged_replies, run_stream
+from runners.agent.loop import ReplayMismatch, _logged_replies, run_stream
 from runners.config import ConfigError, validate
 from runners.llm.backend import Reply, Request
 
@@ -138,3 +142,25 @@ def _check_data(env: Any, meta: dict[str, Any]) -> None:
 
 def _short(fingerprint: Any) -> str:
     return "none" if fingerprint is None else json.dumps(fingerprint, sort_keys=True)[:80]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m runners.agent.replay", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="one stream's log directory")
+    parser.add_argument(
+        "--t", type=int, required=True, help="the episode (stream step) whose prompt to rebuild"
+    )
+    args = parser.parse_args(argv)
+    try:
+        decision = replay_decision(args.run_dir, args.t)
+    except (ValueError, ReplayMismatch) as refused:  # ReplayRefused, or a log the harness replays otherwise
+        print(f"runners.agent.replay: {visible(refused)}", file=sys.stderr)
+        return 2
+    print("\n".join(prompt_lines(decision.prompts, "rebuilt by replay")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
