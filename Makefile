@@ -8,7 +8,7 @@ RUN    := $(BIN)/python -m runners.run -m hydra/launcher=joblib
 # MemoryAgentBench data: a folder with memoryagentbench/ and mquake/ (see README); empty = download.
 export TEPA_DATA_DIR ?=
 
-.PHONY: help lint test test-nodata reproduce ablation map figures calibrate bench serve-llm test-llm reproduce-llm pilot-llm
+.PHONY: help lint test test-nodata test-slurm slurm-up reproduce ablation map figures calibrate bench serve-llm test-llm reproduce-llm pilot-llm
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -30,7 +30,7 @@ $(ADAPTERS_STAMP): $(STAMP)
 	touch $(ADAPTERS_STAMP)
 
 test: $(STAMP) $(ADAPTERS_STAMP) ## the test suite (no real model)
-	$(BIN)/python -m pytest -m "not llm"
+	$(BIN)/python -m pytest -m "not llm and not slurm"
 
 # The tests that read the MemoryAgentBench data, run with no data folder (a fresh clone offline): each
 # test of the real data skips with its reason, the generated-data tests pass; an error fails, and so does
@@ -41,6 +41,14 @@ NODATA_TESTS := tests/test_memoryagentbench.py tests/test_mab_data.py tests/test
 	tests/test_experiments_smoke.py tests/test_bench.py
 test-nodata: $(STAMP) $(ADAPTERS_STAMP) ## the data-touching tests with no data folder (they skip)
 	TEPA_DATA_DIR=/nonexistent-data $(BIN)/python -m pytest -q -rs -p no:cacheprovider -m "not llm" $(NODATA_TESTS)
+
+# The tests through a real one-node SLURM cluster, which they start and stop themselves (Debian's slurm-wlm and
+# munge, as root); without SLURM they skip with the reason, and TEPA_REQUIRE_SLURM=1 (CI) makes that a failure.
+test-slurm: $(STAMP) $(ADAPTERS_STAMP) ## the tests through a real one-node SLURM cluster (they start it)
+	$(BIN)/python -m pytest -m slurm -rs -p no:cacheprovider tests/test_slurm_cluster.py tests/test_slurm_dry_run.py
+
+slurm-up: $(STAMP) ## a one-node SLURM cluster on this machine until Ctrl-C (root; apt-get install slurm-wlm munge)
+	$(BIN)/python -m runners.launch.slurm_cluster
 
 # Every paper experiment on the offline simulated backend (20 seeds in the drift settings, 10 in the others),
 # side by side (runners.launch.reproduce; MemoryAgentBench only when its data is there), then tables, figures,

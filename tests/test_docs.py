@@ -28,7 +28,7 @@ CODE = re.compile(r"`[^`\n]*`")
 DECIMAL = re.compile(r"(?<![\w.])[-+]?\d[\d,]*\.\d+(?![\w.])")
 #: Decimals in prose that are not results: versions named with their software, significance levels.
 VERSION = re.compile(
-    r"(?:(?:Python|PyTorch|hydra-core|omegaconf|mem0|SLURM|slurm-wlm|version|v)\s*[<>=~]*|\bp\s*[<>]=?)\s*$",
+    r"(?:(?:Python|PyTorch|hydra-core|omegaconf|mem0|SLURM|slurm-wlm|munge|version|v)\s*[<>=~]*|\bp\s*[<>]=?)\s*$",
     re.I,
 )
 
