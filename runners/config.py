@@ -50,7 +50,7 @@ from tepa.redact import KEY_SHAPED
 RESERVED = frozenset({"_target_", *HARNESS_KEYS})
 # Parameter names that would hold a secret. Keys live in environment variables (llm.api_key_env).
 _SECRET = re.compile(r"(^|_)(api_?key|token|secret|password)$")
-# Values that look like a credential: provider key formats (`runners.llm.secrets`), a bearer token, a URL
+# Values that look like a credential: provider key formats (`tepa.redact`), a bearer token, a URL
 # with a user part or with a secret-named parameter in its query string (`?api_key=...`).
 _SECRET_VALUE = re.compile(
     rf"{KEY_SHAPED.pattern}|\bBearer\s+\S{{8,}}|[A-Za-z][A-Za-z0-9+.\-]*://[^/@\s]*@"

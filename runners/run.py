@@ -4,8 +4,8 @@ One run is one (experiment, env, memory, llm) config over one or more seeds (`se
 `seeds=[0,1,2]`); its streams, one per seed, run concurrently under the backend's own concurrency limit
 and log to `results/runs/<experiment>/<env>/<memory>/seed=<n>/`, with one more level for a configuration
 other than the experiment's own (`runners.store.identity`). Each stream is locked while it runs; a complete
-one is skipped once its files verify, an interrupted one resumes (`runners.store.runlog`); SIGINT and SIGTERM
-stop a run within a second or two, resumably. Sweeps are Hydra multiruns (`-m`), launched locally
+one is skipped once its files verify, an interrupted one resumes (`analysis.streamlog.stream`); SIGINT and
+SIGTERM stop a run within a second or two, resumably. Sweeps are Hydra multiruns (`-m`), launched locally
 (`hydra/launcher=joblib`) or on SLURM (`hydra/launcher=submitit_slurm`). The config is checked before
 any episode runs: a bad value stops the run with one line that names the key.
 """

@@ -155,7 +155,7 @@ def test_a_deeply_nested_meta_json_is_one_line_for_the_analysis_and_unreadable_f
         and error
         == f"analysis: {meta}: nested deeper than {MAX_DEPTH} levels; rerun its experiment to redo it"
     )
-    assert read_meta(meta.parent) is None  # the runner moves such a stream aside (runners.store.runlog)
+    assert read_meta(meta.parent) is None  # the runner moves such a stream aside (analysis.streamlog.stream)
     meta.write_text(
         json.dumps(
             {

@@ -1,5 +1,5 @@
-"""Every memory's lifecycle events: one vocabulary (`analysis.events`), which `tepa.check_memory` checks a
-memory's events against and the harness and the analysis share."""
+"""Every memory's lifecycle events: one vocabulary (`analysis.streamlog.events`), which `tepa.check_memory`
+checks a memory's events against and the harness and the analysis share."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The episode record: the loop's rows and the written episodes.parquet have the columns and types
-`analysis.record` declares, and the analysis reads only columns it declares."""
+`analysis.streamlog.record` declares, and the analysis reads only columns it declares."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""runners.store.runlog writes lifecycle events from a template: each line must be the encoder's text."""
+"""`analysis.streamlog.encoding` writes lifecycle events from a template: each line must be the encoder's
+text."""
 
 from __future__ import annotations
 

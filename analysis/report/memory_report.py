@@ -1,9 +1,9 @@
 """The memory-quality report: a table per experiment beside success, stale share over time, and the
 section of results/README.md that says in numbers what the memory held, without any reader.
 
-Everything here reads `Analysis.memory` (per method and phase, `analysis.memory_quality.summarize`) and
-the episodes' memory-quality columns; nothing reads a reply, an action or a success except to set the
-success column beside the memory figures.
+Everything here reads `Analysis.memory` (per method and phase,
+`analysis.metrics.memory_quality.summarize`) and the episodes' memory-quality columns; nothing reads a
+reply, an action or a success except to set the success column beside the memory figures.
 """
 
 from __future__ import annotations

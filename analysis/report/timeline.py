@@ -1,8 +1,8 @@
 """Lifecycle timelines from one stream's logs: every precedent of a key over time, coloured by state.
 
 Read from `archive.jsonl` alone (every lifecycle event carries the precedent's id, key, value, counts
-and its state after the event: the vocabulary of `analysis.events`, which any memory that logs events
-keeps, not only TEPA's) and the phase labels of `episodes.parquet`, so drawing needs no harness.
+and its state after the event: the vocabulary of `analysis.streamlog.events`, which any memory that
+logs events keeps, not only TEPA's) and the phase labels of `episodes.parquet`, so drawing needs no harness.
 A precedent's bar runs from its creation to the end of the stream, each stretch in the colour of the
 state it was in (hypothesis, active, revoked); re-promotions are marked, phase boundaries drawn.
 """

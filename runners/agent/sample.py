@@ -1,5 +1,5 @@
 """The logged sample of a decision: what its prompt held, as the episode log's `options`, `evidence`,
-`truth` and `prompt` columns keep it (`analysis.record.EpisodeRecord` defines the format).
+`truth` and `prompt` columns keep it (`analysis.streamlog.record.EpisodeRecord` defines the format).
 
 Compact JSON text, built from cached pieces: memories hand back the same evidence episode after episode,
 and Append-Only's prompts hold every observation of a key, so encoding each line once keeps logging
@@ -47,7 +47,7 @@ class _Hop(NamedTuple):
 
 class Sampler:
     """The `evidence` column and the QUALITY fields of each decision of one stream (`sample`): the same
-    as `evidence_json` and `analysis.staleness.episode_quality`, computed incrementally.
+    as `evidence_json` and `analysis.streamlog.staleness.episode_quality`, computed incrementally.
 
     A memory that keeps every observation of a key (Append-Only, Reactive Forgetting, Oracle Reset)
     hands that key's items again at its next decision with the new ones appended, and encoding and
