@@ -19,7 +19,7 @@ The endpoint is not trusted, as the openai backend's is not: every attempt of me
 most `llm_timeout` seconds for any read and is given up once its answer is not complete `llm_timeout`
 seconds after it was sent (checked as the body arrives: an endpoint that trickles its answer is cut off
 within one more read; the client's own default allows 10 minutes per read, ~30 minutes per call with its
-retries), and reads at most `runners.llm.capped_transport.MAX_BODY_BYTES`, with `llm_max_retries` retries
+retries), and reads at most `tepa.body_limit.MAX_BODY_BYTES`, with `llm_max_retries` retries
 on timeouts, 408/409/429 and 5xx; then the stream stops with one line and a rerun resumes it. The key
 (read from `llm_api_key_env`) is redacted from that line and from the memories handed back, and registered
 with the log filter that redacts it from mem0's own log records under a run (`tepa.redact`).
@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 from hydra.errors import CompactHydraException
 
+from tepa.body_limit import MAX_BODY_BYTES, Oversized
 from tepa.evidence import Evidence, Observation, Query, check_observation
 from tepa.redact import register, scrub
 from tepa.retrieval.rank import DEFAULT_TOP_K
@@ -91,8 +92,6 @@ def _bounded_client(api_key: str, base_url: str | None, timeout: float, max_retr
     the whole body as it arrives) and reads at most MAX_BODY_BYTES, with `max_retries` retries."""
     import httpx2
     import openai
-
-    from runners.llm.capped_transport import MAX_BODY_BYTES, Oversized
 
     class Body(httpx2.SyncByteStream):
         def __init__(self, stream: httpx2.SyncByteStream, deadline: float) -> None:

@@ -27,20 +27,6 @@ MAY_IMPORT: dict[str, set[str]] = {
     "analysis": {"analysis.streamlog"},
     "runners": {"analysis.streamlog", "tepa", "baselines", "envs", "analysis"},
 }
-#: Upward imports that stay until the module that makes them moves; each is checked to still exist, so
-#: this list only shrinks. analysis.choices and analysis.inspect replay a logged stream through the agent
-#: loop (their replay belongs with the runner); mem0's bounded client reads the body cap of the openai
-#: backend's transport, which moves with that backend.
-KNOWN_UPWARD: set[tuple[str, str]] = {
-    ("analysis.choices", "runners.agent.loop"),
-    ("analysis.choices", "runners.agent.prompt"),
-    ("analysis.choices", "runners.agent.replay"),
-    ("analysis.choices", "runners.config"),
-    ("analysis.choices", "runners.llm.backend"),
-    ("analysis.inspect", "runners.agent.loop"),
-    ("analysis.inspect", "runners.agent.replay"),
-    ("baselines.mem0_memory", "runners.llm.capped_transport"),
-}
 
 
 def _modules(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
@@ -159,13 +145,8 @@ def test_no_module_takes_part_in_an_import_cycle():
 
 
 def test_no_package_imports_one_above_it():
-    wrong = sorted(upward(import_graph()) - KNOWN_UPWARD)
+    wrong = sorted(upward(import_graph()))
     assert not wrong, "imports that point up:\n" + "\n".join(f"{s} -> {t}" for s, t in wrong)
-
-
-def test_every_known_upward_import_still_exists_so_the_list_only_shrinks():
-    gone = sorted(KNOWN_UPWARD - upward(import_graph()))
-    assert not gone, f"no longer imported; remove from KNOWN_UPWARD: {gone}"
 
 
 def test_no_package_holds_more_than_its_budget_in_top_level_modules():

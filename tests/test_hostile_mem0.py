@@ -16,6 +16,7 @@ from runners.compose import compose_config
 from runners.config import validate
 from runners.run import CONF_DIR
 from runners.store.identity import stream_identity, variant_of
+from tepa.body_limit import MAX_BODY_BYTES
 from tepa.evidence import Observation, Query
 from tepa.redact import REDACTED, SCRUBBING_FILTER, register
 from tests.helpers.hostile import SENTINEL, TINY, files_containing, one_line_error
@@ -109,6 +110,15 @@ def test_a_mem0_llm_endpoint_trickling_its_answer_is_cut_off_at_the_timeout(stub
     with pytest.raises(Mem0Error, match=r"no complete answer within 1 s, 1 attempt \("):
         memory.observe(Observation(1, "a", True, 0, "a fact"))
     assert time.monotonic() - start < 6
+
+
+def test_a_mem0_llm_endpoint_flooding_its_answer_is_read_no_further_than_the_body_limit(stub_server):
+    stub_server.default = StubReply(flood=300 << 20)
+    memory = Mem0Memory(infer=True, llm_base_url=stub_server.base_url, llm_model="m", llm_max_retries=0)
+    with pytest.raises(Mem0Error, match=rf"add failed at step t=0: .*longer than {MAX_BODY_BYTES} bytes"):
+        memory.observe(Observation(1, "a", True, 0, "a fact"))
+    time.sleep(0.2)  # the server notices the closed connection at its next write
+    assert stub_server.flooded < 3 * MAX_BODY_BYTES
 
 
 @pytest.mark.parametrize(
