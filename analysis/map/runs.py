@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from analysis.data.load import find_runs, read_events
-from analysis.streamlog import stream as logformat
+from analysis.streamlog import stream
 
 #: Keys of a logged memory config that are not the method's parameters.
 _NOT_PARAMS = frozenset({"_target_", "display", "label"})
@@ -237,7 +237,7 @@ def evaluation(
 
 
 def _summary(run_dir: Path, spec: dict[str, Any], cells: list[dict[str, float]]) -> dict[str, Any] | None:
-    meta = logformat.read_meta(run_dir) or {}
+    meta = stream.read_meta(run_dir) or {}
     config = meta.get("config") or {}
     method = meta.get("memory")
     if meta.get("experiment") != spec["name"] or method not in spec["methods"]:
@@ -256,7 +256,7 @@ def _summary(run_dir: Path, spec: dict[str, Any], cells: list[dict[str, float]])
     if cell is None:
         return None
     params = {k: v for k, v in (config.get("memory") or {}).items() if k not in _NOT_PARAMS}
-    problem = logformat.verify(run_dir, meta) if "files" in meta else None
+    problem = stream.verify(run_dir, meta) if "files" in meta else None
     if problem is not None:
         raise ValueError(f"{problem}; rerun the map to redo it")
     read_events(run_dir)  # its archive as the analysis checks it: JSON objects, `t` and `id` in range
