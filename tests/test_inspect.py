@@ -26,6 +26,7 @@ from runners.agent.replay import replay_decision
 from runners.llm.backend import Reply, Request
 from runners.llm.simulated.reader import SimulatedBackend
 from runners.run import PROJECT_ROOT
+from tests.helpers.report_pages import all_text
 from tests.helpers.runner import run_overrides
 
 
@@ -114,9 +115,9 @@ def test_the_report_shows_lifecycle_timelines_of_tepa_rev_and_tepa_norev(tmp_pat
         ]
         run_overrides(*overrides, "seeds=[0,1]")
     assert analyse(["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--quiet"]) == 0
-    readme = (tmp_path / "out" / "README.md").read_text()
-    assert "![paper_controlled (env.phase_length=30) / controlled_drift: precedents of key" in readme
-    assert "(figures/lifecycle_paper_controlled.png)" in readme
+    report = all_text(tmp_path / "out")  # README.md and the experiment's own page
+    assert "![paper_controlled (env.phase_length=30) / controlled_drift: precedents of key" in report
+    assert "(figures/lifecycle_paper_controlled.png)" in report
     assert (
         (tmp_path / "out" / "figures" / "lifecycle_paper_controlled.png").read_bytes().startswith(b"\x89PNG")
     )
