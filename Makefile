@@ -134,7 +134,7 @@ reproduce-llm: $(LLM_STAMP) ## the real-model drift experiment (Gemma 3 270M, Sm
 	for model in gemma3 smollm2; do \
 		$(BIN)/python -m analysis --runs results/llm/$$model/runs --out results/llm/$$model --replace \
 			--backend-note results/llm/$$model/BACKEND.md && \
-		$(BIN)/python -m analysis.choices --runs results/llm/$$model/runs --out results/llm/$$model \
+		$(BIN)/python -m runners.llm.choices --runs results/llm/$$model/runs --out results/llm/$$model \
 			--order $(LLM_ORDER) && \
 		$(BIN)/python -m runners.llm.targets --runs results/llm/$$model/runs --out results/llm/$$model \
 			|| exit 1; \
