@@ -47,7 +47,7 @@ def verdict_line(card: pd.DataFrame) -> str | None:
         f"{counts.get(scorecard.NOT_REPRODUCED, 0)} do not"
     )
     others = [f"{int(n)} {v}" for v, n in card["verdict"].value_counts().items() if v not in _GRADED]
-    text += f" ({', '.join(others)})" if others else ""
+    text += f" (plus {', '.join(others)})" if others else ""
     short = graded[graded["verdict"].isin((scorecard.DIRECTION, scorecard.NOT_REPRODUCED))]
     short = short[short["gap"].notna()] if "gap" in short else short.iloc[:0]
     if len(short):
@@ -140,8 +140,9 @@ def map_line(card: pd.DataFrame) -> str | None:
         gap = f"{number(r['ours'], signed=True)} [{number(r['low'])}, {number(r['high'])}]"
         parts.append(f"tuned {method_label(r['method'])} {how} (mean gap {gap})")
     return (
-        "**Beyond the paper's settings** (the robustness map, noise x reversal rate, each method tuned on "
-        f"seeds of its own): {'; '.join(parts)} ([map](map/README.md))."
+        "**Beyond the paper's settings** (the robustness map, noise x reversal rate; the parameters and "
+        f"the best simple rule picked on tuning seeds, compared on others): {'; '.join(parts)} "
+        "([map](map/README.md))."
     )
 
 
@@ -167,7 +168,7 @@ def cost_line(analysis: Analysis, found: list[dict], card: pd.DataFrame) -> str 
         lead = f"**TEPA-Rev's edge is prompt cost:** its prompts are {how} all {len(pairs)}"
     else:
         lead = f"**Prompt cost:** TEPA-Rev's prompts are {how} {len(smaller)} of {len(pairs)}"
-    text = f"{lead} streams (prompt tokens per episode, TEPA-Rev's first: {cells})"
+    text = f"{lead} streams (prompt tokens per episode, TEPA-Rev's against the rule's: {cells})"
     budget = card[card["metric"] == "map_winner"] if len(card) else card
     budget = budget[budget["verdict"] == scorecard.BEYOND] if len(budget) else budget
     if len(budget):
