@@ -7,13 +7,9 @@ from __future__ import annotations
 
 import httpx2
 
-#: A response body (reply or error) longer than this is not read on: an echoed prompt's log-probabilities
-#: take well under 1 MB, and a 300 MB reply once took the process to 1 GB.
-MAX_BODY_BYTES = 16 << 20
+from tepa.body_limit import MAX_BODY_BYTES, Oversized
 
-
-class Oversized(Exception):
-    """A response body longer than MAX_BODY_BYTES, or compressed although the request asked for none."""
+__all__ = ["MAX_BODY_BYTES", "CappedTransport", "Oversized"]
 
 
 class CappedStream(httpx2.AsyncByteStream):
