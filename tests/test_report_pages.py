@@ -13,6 +13,7 @@ import pytest
 
 from analysis.__main__ import main
 from analysis.report import manifest
+from analysis.report.pages import page_name
 from analysis.report.tables import verdict_text
 from tests.helpers.report_pages import anchor, headings, links, pages
 from tests.test_analysis_outputs import LEVEL, ROOT, reseal, write_run
@@ -198,3 +199,11 @@ def test_every_relative_link_in_the_generated_pages_resolves(tmp_path, kept):
             assert resolved.exists(), f"{name}: {target}"
             if fragment and resolved.name in targets:
                 assert fragment in targets[resolved.name], f"{name}: {target}"
+
+
+def test_a_page_name_never_leaves_the_folder_nor_replaces_another_page():
+    assert page_name("paper_controlled") == "paper_controlled.md"
+    for name in ("README", "readme", "bench", "../escape", "a/b", ".hidden", "x\ny"):
+        page = page_name(name)
+        assert page.startswith("experiment-") and page.endswith(".md") and "/" not in page, name
+    assert page_name("README") != page_name("readme")
