@@ -207,3 +207,16 @@ def test_a_page_name_never_leaves_the_folder_nor_replaces_another_page():
         page = page_name(name)
         assert page.startswith("experiment-") and page.endswith(".md") and "/" not in page, name
     assert page_name("README") != page_name("readme")
+
+
+def test_replace_removes_the_page_of_a_dropped_experiment_and_leaves_other_files_alone(tmp_path):
+    out = analysed(paper_runs(tmp_path / "paper"), tmp_path / "out")
+    for seed in SEEDS:
+        write_run(tmp_path / "own", "own", "controlled_drift", "no_memory", seed)
+    analysed(tmp_path / "own", out)
+    (out / "notes.md").write_text("mine\n", encoding="utf-8")
+    assert (out / "own.md").is_file()
+    assert main(["--runs", str(tmp_path / "paper"), "--out", str(out), "--quiet", "--replace"]) == 0
+    assert not (out / "own.md").exists() and (out / "paper_controlled.md").is_file()
+    assert (out / "notes.md").read_text(encoding="utf-8") == "mine\n"
+    assert "own.md" not in (out / "README.md").read_text(encoding="utf-8")
