@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from runners.bench import agent as bench_agent
+from runners.bench import breakdown
 from runners.bench import memory as bench_memory
 from runners.bench import suite as bench
 from runners.launch import reproduce
@@ -228,6 +229,8 @@ def test_quick_run_writes_the_json_and_the_report(tmp_path, monkeypatch):
         "reproduce",
         "samples",
         "map",
+        "breakdown",
+        "tests",
         "targets",
     }
     assert set(report["memory_ops"]["methods"]) == set(bench_agent.PAPER_MEMORIES)
@@ -251,6 +254,17 @@ def test_quick_run_writes_the_json_and_the_report(tmp_path, monkeypatch):
         assert f"| {figure} |" in md
     assert "| memoryagentbench |" in md and "not timed" in md
     assert "`make map`: not timed (--quick)." in md
+    assert (
+        report["tests"] == {"skipped": "--quick"}
+        and targets["make test: wall seconds (2 workers)"]["met"] is None
+    )
+    controlled = report["breakdown"]["paper_controlled"]
+    assert set(controlled["cpu_s"]) == set(breakdown.STAGES) and controlled["jobs"] == len(
+        bench_agent.PAPER_MEMORIES
+    )
+    assert controlled["cpu_s"]["configuration"] > 0 and controlled["cpu_s"]["memory"] > 0
+    assert 0 < controlled["floor_us_per_episode"] < controlled["us_per_episode"]
+    assert "| paper_controlled | 10 | 200 |" in md and "**Cost per episode and its floor**" in md
 
 
 def test_the_sample_cost_times_the_drift_experiments_with_samples_logged_and_not():
@@ -314,7 +328,7 @@ def test_only_reproduce_times_it_once_into_the_kept_folder_and_updates_its_targe
     out = tmp_path / "bench.json"
     out.write_text(json.dumps(report))
     kept = []
-    timing = {**report["reproduce"], "wall_s": 149.0, "cpu_s": 290.0}
+    timing = {**report["reproduce"], "wall_s": 99.0, "cpu_s": 190.0}
     monkeypatch.setattr(bench, "time_reproduce", lambda keep: kept.append(keep) or timing)
     argv = ["--only", "reproduce", "--out", str(out), "--reproduce-dir", str(tmp_path / "rep")]
     assert bench.main(argv) == 0
@@ -322,7 +336,9 @@ def test_only_reproduce_times_it_once_into_the_kept_folder_and_updates_its_targe
     assert kept == [tmp_path / "rep"] and updated["reproduce"] == timing and updated["map"] == report["map"]
     assert updated["meta"]["updated"]["reproduce"]["repeats"] == 1
     row = next(t for t in updated["targets"] if t["figure"] == "make reproduce: wall seconds")
-    assert row["value"] == 149.0 and row["met"] is True
+    assert row["value"] == 99.0 and row["met"] is True
+    cpu = next(t for t in updated["targets"] if t["figure"] == "make reproduce: CPU seconds")
+    assert cpu["value"] == 190.0 and cpu["met"] is True
     md = (tmp_path / "bench.md").read_text()
     assert "The reproduce section was measured again on" in md and "--reproduce-dir" not in md
     assert f"(`python -m runners.bench --only reproduce --out {out}`, once," in md
@@ -362,3 +378,54 @@ def test_only_retrieval_measures_that_benchmark_alone(tmp_path, monkeypatch, cap
     assert json.loads(out.read_text())["retrieval"] == printed["retrieval"]
     quick = bench.QUICK_ENV_OVERRIDES["preference_stream"]
     assert calls[2:] == [(1, quick), ("run", 1, (*quick, "seeds=[0]"))]
+
+
+def test_each_module_belongs_to_one_stage_and_built_ins_to_none():
+    assert breakdown.stage_of(f"{ROOT}/envs/executable_drift/sandbox.py") == "environment"
+    assert breakdown.stage_of(f"{ROOT}/tepa/tepa_rev.py") == "memory"
+    assert breakdown.stage_of(f"{ROOT}/runners/agent/prompt.py") == "prompt"
+    assert breakdown.stage_of(f"{ROOT}/runners/llm/simulated/reader.py") == "reader"
+    assert breakdown.stage_of("/venv/site-packages/pyarrow/parquet/core.py") == "logging"
+    assert breakdown.stage_of("/venv/site-packages/omegaconf/dictconfig.py") == "configuration"
+    assert breakdown.stage_of(f"{ROOT}/runners/agent/loop.py") == "loop"
+    assert breakdown.stage_of("~") is None
+
+
+def test_a_built_in_functions_time_goes_to_the_stage_of_its_callers(tmp_path):
+    import cProfile
+    import pstats
+
+    from envs.executable_drift.sandbox import read_plain
+
+    path = str(tmp_path / "f")
+    (tmp_path / "f").write_bytes(b"x" * 1000)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(2000):
+        read_plain(path)  # its time is mostly its system calls: os.open, os.fstat, os.read, os.close
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    stages = breakdown.stage_seconds(stats)
+    table = stats.stats
+    own = sum(timing[2] for timing in table.values())
+    envs = [f for f in table if breakdown.stage_of(f[0]) == "environment"]
+    called = sum(t[2] for f, t in table.items() if f[0] == "~" for c, t in t[4].items() if c in envs)
+    assert math.isclose(sum(stages.values()), own, rel_tol=1e-6)
+    assert called > 0 and math.isclose(
+        stages["environment"], sum(table[f][2] for f in envs) + called, rel_tol=1e-6
+    )
+
+
+def test_the_tool_floor_is_one_real_call_through_the_worker():
+    floor = breakdown.tool_floor(calls=50)
+    assert floor["total_us"] == pytest.approx(floor["parent_us"] + floor["worker_us"], abs=0.2)
+    assert floor["parent_us"] > 0
+
+
+def test_the_test_suite_timing_runs_make_tests_command_and_reads_its_summary():
+    from runners.bench.testsuite import command, time_tests
+
+    assert command()[1:] == ["-m", "pytest", "-m", "not llm", "-n", "2", "-p", "no:cacheprovider"]
+    timed = time_tests(ROOT, paths=("tests/test_parse.py",))
+    assert timed["exit_code"] == 0 and timed["workers"] == 2 and timed["wall_s"] > 0
+    assert timed["summary"].endswith("passed") and int(timed["summary"].split()[0]) > 0

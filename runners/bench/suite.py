@@ -40,10 +40,13 @@ from analysis.streamlog.atomic import SHARED, atomic_write_bytes
 from analysis.streamlog.stream import META, read_meta, verify
 from runners.bench import agent as bench_agent
 from runners.bench import memory as bench_memory
+from runners.bench.breakdown import FLOOR_STAGES, STAGES
+from runners.bench.breakdown import breakdown as cpu_breakdown
 from runners.bench.clock import children_cpu
 from runners.bench.map_timing import MAP_BUDGET_S, time_map
 from runners.bench.retrieval import retrieval_cost, run_cost
 from runners.bench.samples import sample_cost
+from runners.bench.testsuite import TEST_BUDGET_S, time_tests
 from runners.launch import reproduce
 from runners.registry import build_memory
 from runners.run import PROJECT_ROOT
@@ -69,6 +72,13 @@ SCALING_MEMORIES = tuple(m for m in bench_agent.PAPER_MEMORIES if m != "reactive
 RUN_TREE_BEFORE_SAMPLES_BYTES = 383_128_349
 #: --quick's logged-samples timing: one seed of executable drift's shortest phases.
 QUICK_SAMPLES: dict[str, Any] = {"seeds": (0,), "overrides": ("env.phase_length=5",)}
+#: --quick's CPU breakdown: one experiment's methods on short streams.
+QUICK_BREAKDOWN: dict[str, Any] = {
+    "experiments": ("paper_controlled",),
+    "extra": {"paper_controlled": ("env.phase_length=10",)},
+}
+#: `make reproduce` on a quiet 2-core machine: wall and CPU seconds, and its analysis' wall seconds.
+REPRODUCE_WALL_S, REPRODUCE_WALL_MAX_S, REPRODUCE_CPU_S, ANALYSIS_S = 100, 150, 200, 5
 FLAT_SLOPE = 0.2  # "flat": cost grows less than 100**0.2 = 2.5x over a 100x longer stream
 GROWING_SLOPE = 0.5
 
@@ -93,6 +103,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--scaling-window", type=int, default=30, help="episodes timed at each scaling point")
     parser.add_argument("--skip-reproduce", action="store_true", help="do not time `make reproduce`")
     parser.add_argument("--skip-map", action="store_true", help="do not time `make map` (about 15 minutes)")
+    parser.add_argument("--skip-tests", action="store_true", help="do not time `make test` (about 5 minutes)")
     parser.add_argument(
         "--reproduce-dir",
         type=Path,
@@ -103,7 +114,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one repetition: a smoke run")
     parser.add_argument(
         "--only",
-        choices=("retrieval", "samples", "reproduce"),
+        choices=("retrieval", "samples", "reproduce", "breakdown", "tests"),
         default=None,
         help="measure this benchmark alone and print its JSON; with --out naming a full bench.json, "
         "update its section (and bench.md beside it)",
@@ -152,8 +163,10 @@ def only(args: argparse.Namespace) -> int:
         "retrieval": lambda: retrieval(args),
         "samples": lambda: sample_cost(args.repeats, tree_bytes, **(QUICK_SAMPLES if quick else {})),
         "reproduce": lambda: time_reproduce(args.reproduce_dir),  # run once: it is minutes long
+        "breakdown": lambda: cpu_breakdown(**(QUICK_BREAKDOWN if quick else {})),
+        "tests": lambda: time_tests(PROJECT_ROOT),  # run once: it is minutes long
     }[args.only]
-    if args.only == "reproduce":
+    if args.only in ("reproduce", "tests"):
         args.repeats = 1
     meta = _meta(args)
     section = measure()
@@ -272,6 +285,15 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = lambda msg: None)
         report["map"] = {"skipped": "--skip-map" if args.skip_map else "--quick"}
     else:
         section("map", "make map: the robustness map into a temporary results_dir", time_map)
+    section(
+        "breakdown",
+        "CPU breakdown: one stream of every job of the paper experiments, profiled",
+        lambda: cpu_breakdown(log=log, **(QUICK_BREAKDOWN if args.quick else {})),
+    )
+    if args.skip_tests or args.quick:
+        report["tests"] = {"skipped": "--skip-tests" if args.skip_tests else "--quick"}
+    else:
+        section("tests", "make test: the suite on two workers", lambda: time_tests(PROJECT_ROOT))
     report["meta"]["section_seconds"] = took
     report["meta"]["bench_seconds"] = round(sum(took.values()), 1)
     report["meta"]["load_average_end"] = _load()
@@ -385,7 +407,18 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         row("memory ops: TEPA-Rev events per CPU second", ops["tepa_rev"]["events_per_s"], ">=", 300_000),
         row("prompt tokens: TEPA-Rev / LWW", tokens["tepa_rev"] / tokens["lww"], "<=", 1.2),
         row("prompt tokens: TEPA-Rev / Append-Only", tokens["tepa_rev"] / tokens["append_only"], "<=", 0.1),
-        row("make reproduce: wall seconds", rep.get("wall_s"), "<=", 150),
+        row("make reproduce: wall seconds", rep.get("wall_s"), "<=", REPRODUCE_WALL_S),
+        row("make reproduce: wall seconds, at most", rep.get("wall_s"), "<=", REPRODUCE_WALL_MAX_S),
+        row("make reproduce: CPU seconds", rep.get("cpu_s"), "<=", REPRODUCE_CPU_S),
+        row(
+            "make reproduce: the analysis, wall seconds",
+            rep.get("steps_s", {}).get("analysis"),
+            "<=",
+            ANALYSIS_S,
+        ),
+        row(
+            "make test: wall seconds (two workers)", _test_wall(report.get("tests", {})), "<=", TEST_BUDGET_S
+        ),
         row("make map: wall seconds", report.get("map", {}).get("wall_s"), "<=", MAP_BUDGET_S),
         row("make reproduce: run tree / before the logged samples", _tree_ratio(rep), "<=", 1.5),
         row(
@@ -568,6 +601,7 @@ def render_markdown(report: dict[str, Any]) -> str:
                 f"before episodes logged their samples, {RUN_TREE_BEFORE_SAMPLES_BYTES:,} bytes).",
             ]
 
+    out += _breakdown_markdown(report) + _tests_markdown(report)
     sc = report["scaling"]
     sizes = sc["sizes"]
     out += [
@@ -588,6 +622,72 @@ def render_markdown(report: dict[str, Any]) -> str:
         tok = " | ".join(f"{x:,.0f}" for x in m["prompt_tokens"])
         out.append(f"| {name} | {us} | {m['slope_time']:.2f} | {tok} | {m['slope_tokens']:.2f} |")
     return "\n".join(out) + "\n"
+
+
+def _test_wall(tests: dict[str, Any]) -> float | None:
+    """The suite's wall seconds when it passed (a failing suite's time is no figure)."""
+    return tests.get("wall_s") if tests.get("exit_code") == 0 else None
+
+
+def _breakdown_markdown(report: dict[str, Any]) -> list[str]:
+    """The CPU breakdown per experiment and stage, and each environment's cost per episode beside its
+    floor (runners.bench.breakdown)."""
+    bd = report.get("breakdown")
+    if not bd:
+        return []
+    out = [
+        "",
+        "**Where the CPU goes** (one stream of every job profiled, the stages' shares times its CPU "
+        "measured without the profiler, times the experiment's seeds; configuration: one Hydra "
+        "composition of each job, times the three a multirun makes; CPU seconds):",
+        "",
+        "| experiment | jobs | streams | " + " | ".join(STAGES) + " | total |",
+        "|---|---:|---:|" + "---:|" * (len(STAGES) + 1),
+    ]
+    for name, e in bd.items():
+        if "skipped" in e:
+            out.append(f"| {name} | skipped: {e['skipped']} |" + " |" * (len(STAGES) + 2))
+            continue
+        cells = " | ".join(f"{e['cpu_s'][s]:,.1f}" for s in STAGES)
+        out.append(f"| {name} | {e['jobs']} | {e['streams']} | {cells} | {e['cpu_total_s']:,.1f} |")
+    out += [
+        "",
+        f"**Cost per episode and its floor** (CPU microseconds per episode, the run's logs included; the "
+        f"floor is the work no episode can skip: the {', '.join(FLOOR_STAGES)} stages, and for executable "
+        "drift one real tool call through the tool worker with its artefact read and removed, measured "
+        "alone):",
+        "",
+        "| experiment | us / episode | floor us / episode | ratio |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, e in bd.items():
+        if "skipped" not in e:
+            ratio = e["us_per_episode"] / e["floor_us_per_episode"] if e["floor_us_per_episode"] else None
+            out.append(
+                f"| {name} | {e['us_per_episode']:,.0f} | {e['floor_us_per_episode']:,.0f} | {_num(ratio)} |"
+            )
+    tool = bd.get("paper_executable", {}).get("tool_floor_us")
+    if tool:
+        out += [
+            "",
+            f"One tool call with its file operations, alone: {tool['total_us']:g} us of CPU "
+            f"({tool['parent_us']:g} in the environment's process, {tool['worker_us']:g} in the worker).",
+        ]
+    return out
+
+
+def _tests_markdown(report: dict[str, Any]) -> list[str]:
+    tests = report.get("tests")
+    if not tests:
+        return []
+    if "skipped" in tests:
+        return ["", f"`make test`: not timed ({tests['skipped']})."]
+    state = "passed" if tests["exit_code"] == 0 else f"**failed** (exit {tests['exit_code']})"
+    return [
+        "",
+        f"`make test` (`pytest -m 'not llm' -n {tests['workers']}`): {tests['wall_s']:g} s wall, "
+        f"{tests['cpu_s']:g} CPU seconds; {state}: {tests['summary']}.",
+    ]
 
 
 def _num(value: float | None) -> str:

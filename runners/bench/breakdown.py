@@ -1,0 +1,239 @@
+"""Where `make reproduce`'s CPU goes, per experiment and stage, and each environment's floor.
+
+One stream of every sweep point of a paper experiment (each method; each source for MemoryAgentBench)
+runs through the runner (`runners.run.run_spec`: environment, memory, simulated reader, logs) under
+cProfile. Every function's own time goes to the stage of the module it is in (`stage_of`); a built-in
+function (a system call, `json.dumps`) has no module, so its time goes to its callers' stages in
+proportion to what each spent in it. The tool worker is a child process: its CPU (after the stream,
+once the worker is stopped and reaped) is environment time. A stage's share of the profiled time,
+times the stream's CPU measured without the profiler, is that stage's CPU; times the experiment's
+streams, the experiment's. Configuration per job is measured apart: one composition of the job's
+config, times the three compositions a Hydra multirun makes of each job (the sweeper checks every job
+before launching it, the launcher's worker composes it again, the run composes its options alone for
+the run identity).
+
+The floor of an environment is what an episode cannot avoid: the memory operations (retrieve,
+observe, feedback), rendering the prompt and the reader parsing it, from the same profile; for
+executable drift also one real tool call and its file operations (`tool_floor`: the job's inputs and
+artefact written and read, the call through the tool worker), measured alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import cProfile
+import os
+import pstats
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from runners.bench.clock import children_cpu
+from runners.bench.memory import median
+from runners.compose import compose_config, compose_spec
+from runners.registry import swept_memories
+from runners.run import run_spec
+
+STAGES = ("configuration", "environment", "memory", "prompt", "reader", "logging", "loop")
+#: Path fragments of a function's module and the stage it belongs to; the first that matches wins.
+_RULES = (
+    ("/envs/", "environment"),
+    ("/tepa/", "memory"),
+    ("/baselines/", "memory"),
+    ("/runners/agent/prompt.py", "prompt"),
+    ("/runners/agent/sample.py", "prompt"),  # what the prompt held, for the log
+    ("/runners/llm/", "reader"),
+    ("/runners/store/", "logging"),
+    ("/analysis/", "logging"),  # the episode record, its checks and the log format
+    ("/pyarrow/", "logging"),
+    ("/pandas/", "logging"),
+    ("/numpy/", "logging"),
+    ("/hydra/", "configuration"),
+    ("/omegaconf/", "configuration"),
+    ("/yaml/", "configuration"),
+    ("/runners/compose.py", "configuration"),
+    ("/runners/config.py", "configuration"),
+    ("/runners/registry.py", "configuration"),
+)
+#: The stages whose work no episode can skip (the memory operations, the prompt, the reader parsing it).
+FLOOR_STAGES = ("memory", "prompt", "reader")
+#: Compositions of one job's config in a Hydra multirun (sweeper check, worker, run identity).
+COMPOSITIONS_PER_JOB = 3
+EXPERIMENTS = ("paper_executable", "paper_memoryagentbench", "paper_controlled", "paper_preference")
+#: MemoryAgentBench's sweep over sources (conf/experiment/paper_memoryagentbench.yaml).
+MAB_SOURCES = tuple(
+    f"factconsolidation_{hops}_{size}" for hops in ("sh", "mh") for size in ("6k", "32k", "262k")
+)
+
+
+def stage_of(filename: str) -> str | None:
+    """The stage of a function defined in `filename`; None for a built-in (no module file); "loop" for
+    anything else (the agent loop, asyncio, the standard library it calls)."""
+    if filename == "~" or filename.startswith("<built-in"):
+        return None
+    path = filename.replace(os.sep, "/")
+    for fragment, stage in _RULES:
+        if fragment in path:
+            return stage
+    return "loop"
+
+
+def stage_seconds(stats: pstats.Stats) -> dict[str, float]:
+    """Profiled seconds per stage: own time by module, built-ins' time split among their callers."""
+    table: Mapping[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    out = dict.fromkeys(STAGES, 0.0)
+
+    def give(func: Any, seconds: float, depth: int = 0) -> None:
+        stage = stage_of(func[0])
+        if stage is not None:
+            out[stage] += seconds
+            return
+        callers = table.get(func, (0, 0, 0, 0, {}))[4]
+        total = sum(c[2] for c in callers.values())
+        if depth > 8 or not callers or total <= 0:
+            out["loop"] += seconds
+            return
+        for caller, timing in callers.items():
+            give(caller, seconds * timing[2] / total, depth + 1)
+
+    for func, (_, _, own, _, _) in table.items():
+        if own > 0:
+            give(func, own)
+    return out
+
+
+def profile_stream(overrides: Sequence[str], seed: int = 0, warm: bool = False) -> dict[str, Any]:
+    """One stream of `overrides` through the runner into a temporary folder, twice: timed (CPU of this
+    process and of the tool worker), then profiled; its episodes, CPU seconds and CPU per stage. `warm`:
+    run it once before, untimed (imports and caches, as a job's first stream finds them)."""
+    spec = compose_spec([*overrides, "progress=false"])
+    with tempfile.TemporaryDirectory(prefix="tepa-bench-breakdown-") as tmp:
+        one = replace(spec, seeds=(seed,), name="bench")
+        if warm:
+            asyncio.run(run_spec(replace(one, results_dir=f"{tmp}/warm")))
+        own, child = time.process_time(), children_cpu()
+        summary = asyncio.run(run_spec(replace(one, results_dir=f"{tmp}/timed")))
+        own, child = time.process_time() - own, children_cpu() - child
+        profiler = cProfile.Profile()
+        profiler.enable()
+        asyncio.run(run_spec(replace(one, results_dir=f"{tmp}/profiled")))
+        profiler.disable()
+    profiled = stage_seconds(pstats.Stats(profiler))
+    total = sum(profiled.values()) or 1.0
+    stages = {stage: own * seconds / total for stage, seconds in profiled.items()}
+    stages["environment"] += child  # the tool worker
+    return {"episodes": summary.episodes_run, "cpu_s": own + child, "stages": stages}
+
+
+def composition_seconds(overrides: Sequence[str], repeats: int = 3) -> float:
+    """CPU seconds of one composition of a job's config (median of `repeats`, after one untimed)."""
+    compose_config(overrides)
+    times = []
+    for _ in range(repeats):
+        start = time.process_time()
+        compose_config(overrides)
+        times.append(time.process_time() - start)
+    return median(times)
+
+
+def sweep_points(experiment: str) -> Iterator[tuple[str, ...]]:
+    """The overrides of each job of a paper experiment's sweep."""
+    sources = MAB_SOURCES if experiment == "paper_memoryagentbench" else (None,)
+    for source in sources:
+        for memory in swept_memories(experiment):
+            yield (
+                f"experiment={experiment}",
+                f"memory={memory}",
+                *([f"env.source={source}"] if source else []),
+            )
+
+
+def breakdown(
+    experiments: Sequence[str] = EXPERIMENTS,
+    extra: Mapping[str, Sequence[str]] | None = None,
+    log: Any = lambda msg: None,
+) -> dict[str, Any]:
+    """Per experiment: its jobs and streams, CPU seconds per stage (configuration included) for all its
+    streams, and the CPU per episode beside the floor's. `extra` adds overrides to every job of an
+    experiment (e.g. shorter streams for a smoke run: the figures then describe those). An experiment
+    that cannot be built (MemoryAgentBench without its data) is reported as skipped."""
+    out: dict[str, Any] = {}
+    for experiment in experiments:
+        log(f"breakdown: {experiment}")
+        try:
+            points = [(*p, *(extra or {}).get(experiment, ())) for p in sweep_points(experiment)]
+            seeds = len(compose_spec(points[0]).seeds)
+            profiles = [profile_stream(p, warm=i == 0) for i, p in enumerate(points)]
+        except (ValueError, OSError, RuntimeError) as exc:
+            out[experiment] = {"skipped": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
+            continue
+        stages = dict.fromkeys(STAGES, 0.0)
+        for prof in profiles:
+            for stage, seconds in prof["stages"].items():
+                stages[stage] += seconds * seeds
+        stages["configuration"] += COMPOSITIONS_PER_JOB * sum(composition_seconds(p) for p in points)
+        episodes = sum(p["episodes"] for p in profiles)
+        cpu = sum(p["cpu_s"] for p in profiles)
+        floor = sum(sum(p["stages"][s] for s in FLOOR_STAGES) for p in profiles)
+        entry = {
+            "jobs": len(points),
+            "streams": len(points) * seeds,
+            "cpu_s": {stage: round(seconds, 2) for stage, seconds in stages.items()},
+            "cpu_total_s": round(sum(stages.values()), 1),
+            "us_per_episode": round(cpu / episodes * 1e6, 1),
+            "floor_us_per_episode": round(floor / episodes * 1e6, 1),
+        }
+        if experiment == "paper_executable":
+            tool = tool_floor()
+            entry["tool_floor_us"] = tool
+            entry["floor_us_per_episode"] = round(entry["floor_us_per_episode"] + tool["total_us"], 1)
+        out[experiment] = entry
+    return out
+
+
+def tool_floor(calls: int = 1000) -> dict[str, float]:
+    """Microseconds of the executable-drift work one episode cannot avoid, measured alone: one tool call
+    through the tool worker (each job's right invocation in turn, its inputs in place) and the file
+    operations around it (the artefact read for the check, then removed). CPU of this process and of the
+    worker, per call."""
+    from envs.executable_drift.env import ExecutableDrift
+
+    with ExecutableDrift(phase_length=1) as env:
+        env.reset(0)
+        jobs = env.jobs
+        box = env.sandbox
+        root = str(box.root)
+        for job in jobs:  # the inputs, written once: an episode finds them in place
+            job.tool.prepare(box, job.subject, job.fixture)
+        work = []
+        for job in jobs:
+            version = env.versions_at(0)[job.tool.name]
+            argv = job.tool.invocation(job.subject, version).split()
+            work.append((argv, version, job.tool.written(argv[1:], version)))
+        argv, version, out = work[0]
+        env.worker.call(argv[0], argv[1:], version, root, env.time_limit)  # starts the worker: not timed
+        box.clear(out)
+        own, child = time.process_time(), _worker_cpu(env.worker.pid)
+        for i in range(calls):
+            argv, version, out = work[i % len(work)]
+            env.worker.call(argv[0], argv[1:], version, root, env.time_limit)
+            box.read_plain(out)
+            box.clear(out)
+        own, child = time.process_time() - own, _worker_cpu(env.worker.pid) - child
+    return {
+        "parent_us": round(own / calls * 1e6, 1),
+        "worker_us": round(child / calls * 1e6, 1),
+        "total_us": round((own + child) / calls * 1e6, 1),
+    }
+
+
+def _worker_cpu(pid: int | None) -> float:
+    """CPU seconds of the running tool worker so far (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
