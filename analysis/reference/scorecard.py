@@ -44,8 +44,8 @@ _P_CLAIM = re.compile(r"p < (?P<bound>[0-9.]+)")
 
 _SENSITIVITY = "sensitivity.md"
 _CALIBRATION = "calibration.md"
-_FINDINGS = "../README.md#what-reproduces-and-what-does-not"
-_MAB = "../README.md#memoryagentbench-data"
+_FINDINGS = "../docs/findings.md#what-reproduces-and-what-does-not"
+_MAB = "../docs/environments.md#memoryagentbench-data"
 _DRIFT_TABLE = "tables/paper_drift.md"
 
 
