@@ -185,7 +185,7 @@ def trial_line(analysis: Analysis, page: Callable[[str], str]) -> str | None:
     costs = _keyed(analysis.cost_summary, "experiment", "env", "memory", "metric")
     counts = [costs.get((e, env, trials.TEPA_FULL, "trials"), {}).get("mean", math.nan) for e, env in found]
     where = ", ".join(
-        f"{env_label(env)} ({trials.count_text(n)} trials per run, [why]({page(e)}#{trials.ANCHOR}))"
+        f"{env_label(env)} of {e} ({trials.count_text(n)} trials per run, [why]({page(e)}#{trials.ANCHOR}))"
         for (e, env), n in zip(found, counts, strict=True)
     )
     return f"**TEPA-Full scores exactly as TEPA-Rev** in every phase of {where}: its trials change nothing."
