@@ -199,13 +199,28 @@ def write_tables(
     for table in tables:
         base = directory / table.name
         csv = table.data.to_csv(index=False, float_format="%.6g", lineterminator="\n")
-        for suffix, text in ((".md", to_markdown(table)), (".tex", to_latex(table)), (".csv", csv)):
+        markdown = one_level_down(to_markdown(table))
+        for suffix, text in ((".md", markdown), (".tex", to_latex(table)), (".csv", csv)):
             atomic_write_bytes(base.with_suffix(suffix), text.encode(), durable=False, mode=SHARED)
         written += [base.with_suffix(s) for s in SUFFIXES]
     for stale in sorted(p for p in directory.iterdir() if p.suffix in SUFFIXES and p not in written):
         if removable is None or stale.stem in removable:
             stale.unlink()
     return written
+
+
+_RELATIVE_LINK = re.compile(r"\]\((?![a-z][a-z0-9+.-]*:|/)([^)\s]*)")
+
+
+def one_level_down(markdown: str) -> str:
+    """A table's markdown with its links (written for the page of `out`, where it is embedded) made to
+    resolve from `out/tables/`, where its own file lives: `(sensitivity.md)` becomes `(../sensitivity.md)`,
+    `(#runs)` `(../README.md#runs)`."""
+
+    def rebase(link: re.Match) -> str:
+        return f"](../{'README.md' if link[1].startswith('#') else ''}{link[1]}"
+
+    return _RELATIVE_LINK.sub(rebase, markdown)
 
 
 # ------------------------------------------------------------------------------------------- helpers
