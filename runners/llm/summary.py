@@ -67,8 +67,9 @@ def _table(path: Path, drop_overall: bool = False) -> str:
     return "\n".join(body).strip()
 
 
-def model_block(folder: Path, label: str) -> str:
-    """One model's part of the block."""
+def model_block(folder: Path, label: str, link: str | None = None) -> str:
+    """One model's part of the block; `link` is the folder's path from the README (default: its name)."""
+    link = folder.name if link is None else link
     size = run_size(folder / "runs")
     tables = folder / "tables"
     (success,) = tables.glob("success_*.md")
@@ -80,14 +81,14 @@ def model_block(folder: Path, label: str) -> str:
             f"{size['prompt_tokens']:,} prompt tokens sent, of which the server evaluated "
             f"{size['evaluated_share']:.3f} (its own count of cached tokens); "
             f"{size['minutes']:.1f} minutes from the first stream's start to the last one's end. Full "
-            f"report: [{folder.name}/README.md]({folder.name}/README.md).",
+            f"report: [{link}/README.md]({link}/README.md).",
             "Success per phase:",
             _table(success),
-            f"Reader-free memory metrics beside success ([{folder.name}/tables/{memory.name}]"
-            f"({folder.name}/tables/{memory.name}); from the logged evidence and the truth, never the "
+            f"Reader-free memory metrics beside success ([{link}/tables/{memory.name}]"
+            f"({link}/tables/{memory.name}); from the logged evidence and the truth, never the "
             "reply; overall rows left out):",
             _table(memory, drop_overall=True),
-            f"The targets ([{folder.name}/tables/targets.md]({folder.name}/tables/targets.md)):",
+            f"The targets ([{link}/tables/targets.md]({link}/tables/targets.md)):",
             _table(tables / "targets.md"),
         ]
     )
@@ -98,7 +99,7 @@ def write_block(readme: Path, models: dict[str, str]) -> None:
     text = readme.read_text(encoding="utf-8")
     if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
         raise ValueError(f"{readme}: needs one {BEGIN!r} line and, after it, one {END!r} line")
-    block = "\n\n".join(model_block(readme.parent / name, label) for name, label in models.items())
+    block = "\n\n".join(model_block(readme.parent / name, label, name) for name, label in models.items())
     head, rest = text.split(BEGIN)
     _, tail = rest.split(END)
     readme.write_text(f"{head}{BEGIN}\n\n{block}\n\n{END}{tail}", encoding="utf-8")
