@@ -228,6 +228,7 @@ def report(args: argparse.Namespace, drawing: Executor) -> int:
     from_metrics = submit(drawing, metric_jobs(fresh))
     analysis = manifest.merge(fresh, kept)
     records = provenance.from_runs(logs.runs, provenance.analysis_commit(), provenance.today())
+    records = provenance.settled(records, kept, analysis)
     sources = provenance.sources(records, kept)
     tables = build_tables(analysis, args.out)
     try:

@@ -220,3 +220,29 @@ def test_replace_removes_the_page_of_a_dropped_experiment_and_leaves_other_files
     assert not (out / "own.md").exists() and (out / "paper_controlled.md").is_file()
     assert (out / "notes.md").read_text(encoding="utf-8") == "mine\n"
     assert "own.md" not in (out / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_same_runs_analysed_at_another_commit_and_day_rewrite_the_results_byte_for_byte(
+    tmp_path, monkeypatch
+):
+    """Provenance names the runs that first produced an experiment's numbers: reanalysing them later (a
+    fresh `make reproduce` of the same code) changes no committed file; other numbers get a new record."""
+    from analysis.report import provenance
+
+    runs, out = paper_runs(tmp_path / "runs"), tmp_path / "out"
+    monkeypatch.setattr(provenance, "analysis_commit", lambda: "a" * 40)
+    monkeypatch.setattr(provenance, "today", lambda: "2026-01-01")
+    analysed(runs, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    monkeypatch.setattr(provenance, "analysis_commit", lambda: "b" * 40)
+    monkeypatch.setattr(provenance, "today", lambda: "2026-02-02")
+    analysed(runs, out)
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    run = next(runs.rglob("tepa_rev/seed=0"))
+    frame = pd.read_parquet(run / "episodes.parquet")
+    frame["success"] = ~frame["success"]
+    frame.to_parquet(run / "episodes.parquet", index=False)
+    reseal(run)
+    assert main(["--runs", str(runs), "--out", str(out), "--quiet", "--replace"]) == 0
+    entry = json.loads((out / manifest.MANIFEST).read_text())["experiments"]["paper_controlled"]
+    assert entry["provenance"]["analysis_commit"] == "b" * 40

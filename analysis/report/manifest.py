@@ -22,7 +22,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -52,6 +52,8 @@ class Kept:
     dropped: tuple[str, ...] = ()
     #: The experiment pages the analysis may remove when it no longer writes them.
     removable_pages: frozenset[str] = frozenset()
+    #: The manifest's entries of the experiments this analysis recomputes (`same_numbers`).
+    recomputed: dict[str, dict] = field(default_factory=dict)
 
 
 def read_manifest(out: Path) -> dict | None:
@@ -194,7 +196,14 @@ def keep(out: Path, runs: pd.DataFrame, options: dict, *, replace: bool) -> Kept
         f["name"] for e in kept.values() for f in e.get("figures", [])
     }
     pages = frozenset(_names(manifest.get("pages")))
-    return Kept(kept, frozenset(_names(manifest.get("tables"))), frozenset(figures), removable_pages=pages)
+    recomputed = {e: entry for e, entry in entries.items() if e in present}
+    return Kept(
+        kept,
+        frozenset(_names(manifest.get("tables"))),
+        frozenset(figures),
+        removable_pages=pages,
+        recomputed=recomputed,
+    )
 
 
 def _names(listed: object) -> list[str]:
@@ -283,6 +292,13 @@ def kept_figures(kept: Kept, directory: Path) -> list[FigureFile]:
         for f in entry.get("figures", [])
         if (directory / f["name"]).is_file()
     ]
+
+
+def same_numbers(entry: dict, analysis: Analysis, experiment: str) -> bool:
+    """Whether `analysis` gives `experiment` exactly the numbers `entry` (its earlier manifest entry)
+    holds, compared as the manifest writes them (canonical JSON: a NaN equals a NaN)."""
+    frames = {name: _frame(_of(getattr(analysis, name), experiment)) for name in FRAMES}
+    return json.dumps(entry.get("frames"), sort_keys=True) == json.dumps(frames, sort_keys=True)
 
 
 def write_manifest(

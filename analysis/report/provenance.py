@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.report.manifest import Kept, kept_provenance
+from analysis.metrics.compute import Analysis
+from analysis.report.manifest import Kept, kept_provenance, same_numbers
 
 #: Where the analysis' own repository is (its commit is recorded with what it computed).
 _REPO = Path(__file__).resolve().parents[2]
@@ -95,10 +96,26 @@ def describe(record: dict | None, runs: int, *, kept: bool) -> str:
     return text
 
 
-def sources(records: dict[str, dict], kept: Kept) -> dict[str, str]:
+def settled(records: dict[str, dict], kept: Kept, analysis: Analysis) -> dict[str, dict | None]:
+    """`records`, except that an experiment whose numbers this analysis reproduces exactly keeps the
+    record of its earlier manifest entry (None where that entry had none): the page names the runs that
+    first produced these numbers, and rerunning them (a fresh `make reproduce` of the same code) rewrites
+    the committed results byte for byte."""
+    return {
+        e: kept.recomputed[e].get("provenance")
+        if e in kept.recomputed and same_numbers(kept.recomputed[e], analysis, e)
+        else record
+        for e, record in records.items()
+    }
+
+
+def sources(records: dict[str, dict | None], kept: Kept) -> dict[str, str]:
     """Experiment -> which runs its numbers come from, for the pages: this analysis' runs (`records`,
     `from_runs`), or those of the manifest entries it keeps, said to be kept."""
-    texts = {e: describe(r, r["runs"], kept=False) for e, r in records.items()}
+    texts = {}
+    for experiment, record in records.items():
+        runs = record["runs"] if record else len(kept.recomputed[experiment].get("runs", []))
+        texts[experiment] = describe(record, runs, kept=False)
     for experiment, record in kept_provenance(kept).items():
         texts[experiment] = describe(record, len(kept.experiments[experiment]["runs"]), kept=True)
     return texts
