@@ -10,7 +10,7 @@ Why it looks the way it does:
   cleanly and resumes later instead of logging hundreds of empty answers.
 - The API key is read from the environment variable *named* by `api_key_env` when a client is made and is
   never kept on this object: `repr()`, `stats()` and pickling never contain it. An endpoint may echo it
-  (in a reply or an error): its value and anything shaped like a key (`runners.llm.secrets`) are
+  (in a reply or an error): its value and anything shaped like a key (`tepa.redact`) are
   scrubbed from both where they are received; a reply that had to be scrubbed is never cached.
 - The endpoint is not trusted: an attempt must end within `timeout` as a whole (the client's own timeout is
   per read, which a body trickled a byte at a time never trips); a body is read up to
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import ipaddress
 import json
 import math
 import os
@@ -40,11 +39,12 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from runners.agent.prompt import ANSWER_CUE, completion_prompt, count_message_tokens, count_tokens
 from runners.config import ConfigError
 from runners.llm.backend import BackendExhausted, Reply, Request
+from runners.llm.endpoint_url import is_loopback, public_url
 from runners.llm.loglik import (
     NoPromptLogprobs,
     OptionScore,
@@ -55,7 +55,7 @@ from runners.llm.loglik import (
 )
 from runners.llm.response_cache import CachedReply, CacheError, ResponseCache, cache_key
 from runners.llm.scoring import SCORINGS, as_completion_prompt, plan_prompts, tie_order
-from runners.llm.secrets import scrub
+from tepa.redact import scrub
 
 if TYPE_CHECKING:  # imported where it is used: the client takes most of a second, and a plan never calls
     import openai
@@ -141,26 +141,6 @@ def pick_label(top_logprobs: Sequence[Mapping[str, object]], labels: Sequence[st
         if token in wanted and isinstance(logprob, int | float):
             best[token] = max(best.get(token, -math.inf), float(logprob))
     return max(best, key=best.__getitem__) if best else None
-
-
-def _public_url(url: str) -> str:
-    """The base URL without credentials or query string, safe to log."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-def _is_loopback(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback or host == "0.0.0.0"
-    except ValueError:
-        return False
 
 
 def _first_choice(body: bytes) -> tuple[dict, dict]:
@@ -284,10 +264,10 @@ class OpenAIBackend:
         _check(max_retry_wait >= 0, "max_retry_wait", max_retry_wait, ">= 0 seconds")
         _check(max_reply_chars >= 1, "max_reply_chars", max_reply_chars, ">= 1")
         check_budget(max_total_tokens, price_in, price_out)
-        if not os.environ.get(api_key_env) and not _is_loopback(base_url):
+        if not os.environ.get(api_key_env) and not is_loopback(base_url):
             raise ValueError(
                 f"api_key_env: environment variable {api_key_env} is not set "
-                f"(needed for {_public_url(base_url)})"
+                f"(needed for {public_url(base_url)})"
             )
         self.base_url = base_url
         self.model = model
@@ -327,7 +307,7 @@ class OpenAIBackend:
 
     def __repr__(self) -> str:
         return (
-            f"OpenAIBackend(base_url={_public_url(self.base_url)!r}, model={self.model!r}, "
+            f"OpenAIBackend(base_url={public_url(self.base_url)!r}, model={self.model!r}, "
             f"scoring={self.scoring!r}, cache={self.cache is not None})"
         )
 
@@ -374,7 +354,7 @@ class OpenAIBackend:
             "top_p": self.top_p,
             "seed": self._seed(request),
             "scoring": self.scoring,
-            "endpoint": _public_url(self.base_url),
+            "endpoint": public_url(self.base_url),
         }
         if self.scoring == "logprobs":
             params["labels"] = list(request.labels)
@@ -615,7 +595,7 @@ class OpenAIBackend:
         """The one line for an endpoint that returns no log-probabilities to score options by."""
         what = "next-token" if self.option_logprobs else "prompt"
         return ConfigError(
-            f"llm.scoring={self.scoring}: {_public_url(self.base_url)} returns no {what} "
+            f"llm.scoring={self.scoring}: {public_url(self.base_url)} returns no {what} "
             f"log-probabilities ({exc}); it needs echo with logprobs on /completions (vLLM, "
             "llama-cpp-python with all logits, python -m runners.llm.local.serve)"
             + (", or llm.option_logprobs=0" if self.option_logprobs else "")
@@ -629,7 +609,7 @@ class OpenAIBackend:
         except _CallFailed as exc:
             if exc.refused and re.match(r"HTTP (404|405|501)\b", str(exc)):
                 raise ConfigError(
-                    f"llm.scoring={self.scoring}: {_public_url(self.base_url)} has no /completions endpoint "
+                    f"llm.scoring={self.scoring}: {public_url(self.base_url)} has no /completions endpoint "
                     f"({' '.join(str(exc).split())[:80]}); use llm.scoring=logprobs or text"
                 ) from None
             raise
@@ -692,7 +672,7 @@ class OpenAIBackend:
             if self._lost + delay > self.max_retry_wait:
                 self._last_failure = self._redact(str(failure))
                 raise BackendExhausted(
-                    f"endpoint {_public_url(self.base_url)}: {self._lost:.0f} s lost to failed attempts "
+                    f"endpoint {public_url(self.base_url)}: {self._lost:.0f} s lost to failed attempts "
                     f"and retry waits, the next wait would pass max_retry_wait={self.max_retry_wait:g} s "
                     f"(the last error: {' '.join(self._last_failure.split())[:200]})"
                 )
@@ -706,7 +686,7 @@ class OpenAIBackend:
 
     def _scrub(self, text: str) -> str:
         """`text` without the key or anything shaped like one (an endpoint may echo the Authorization
-        header); ordinary words are left alone (`runners.llm.secrets`)."""
+        header); ordinary words are left alone (`tepa.redact`)."""
         return scrub(text, os.environ.get(self.api_key_env))
 
     def _redact(self, text: str) -> str:
@@ -717,7 +697,7 @@ class OpenAIBackend:
         """One line: the endpoint, how many calls failed and why the last one did."""
         last = " ".join(self._last_failure.split())[:200]
         return (
-            f"endpoint {_public_url(self.base_url)} failed {self._counts['failed_calls']} calls "
+            f"endpoint {public_url(self.base_url)} failed {self._counts['failed_calls']} calls "
             f"(max_failed_calls={self.max_failed_calls}; the last: {last})"
         )
 
@@ -728,7 +708,7 @@ class OpenAIBackend:
         stats = {
             "backend": self.name,
             "model": self.model,
-            "base_url": _public_url(self.base_url),
+            "base_url": public_url(self.base_url),
             "scoring": self.scoring,
             "calls": counts["calls"],
             "requests": counts["requests"],
