@@ -29,8 +29,8 @@ $(ADAPTERS_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,adapters]'
 	touch $(ADAPTERS_STAMP)
 
-test: $(STAMP) $(ADAPTERS_STAMP) ## the test suite (no real model)
-	$(BIN)/python -m pytest -m "not llm and not slurm"
+test: $(STAMP) $(ADAPTERS_STAMP) ## the test suite (no real model; two workers)
+	$(BIN)/python -m pytest -m "not llm and not slurm" -n 2
 
 # The tests that read the MemoryAgentBench data, run with no data folder (a fresh clone offline): each
 # test of the real data skips with its reason, the generated-data tests pass; an error fails, and so does
@@ -119,8 +119,8 @@ test-llm: $(LLM_STAMP) ## integration tests against the real local models
 
 # Both local models, one after the other (never both at once), each served by runners.llm.local.llama_server
 # (its count of cached prompt tokens is in every stream's backend_stats): controlled drift with the five
-# methods, 8 seeds (conf/experiment/llm_drift.yaml), into results/llm/<model>/; size and time in
-# results/llm/README.md. One job at a time, so that one decision's option requests reach the server together.
+# methods, 12 seeds (conf/experiment/llm_drift.yaml), into results/llm/<model>/; size and time in
+# results/llm/README.md. One job at a time, so that one decision's requests reach the server together.
 # Each model's folder holds that run alone: --replace, so that a changed design replaces the committed one.
 LLM_NICE := nice -n 5
 LLM_ORDER := no_memory,append_only,lww,tepa_rev,tepa_norev
