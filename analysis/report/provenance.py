@@ -96,26 +96,24 @@ def describe(record: dict | None, runs: int, *, kept: bool) -> str:
     return text
 
 
-def settled(records: dict[str, dict], kept: Kept, analysis: Analysis) -> dict[str, dict | None]:
+def settled(records: dict[str, dict], kept: Kept, analysis: Analysis) -> dict[str, dict]:
     """`records`, except that an experiment whose numbers this analysis reproduces exactly keeps the
-    record of its earlier manifest entry (None where that entry had none): the page names the runs that
-    first produced these numbers, and rerunning them (a fresh `make reproduce` of the same code) rewrites
-    the committed results byte for byte."""
-    return {
-        e: kept.recomputed[e].get("provenance")
-        if e in kept.recomputed and same_numbers(kept.recomputed[e], analysis, e)
-        else record
-        for e, record in records.items()
-    }
+    record of its earlier manifest entry: the page names the runs that first produced these numbers, and
+    rerunning them (a fresh `make reproduce` of the same code) rewrites the committed results byte for
+    byte. An entry written before records were kept gets this analysis' record."""
+
+    def earlier(experiment: str) -> dict | None:
+        entry = kept.recomputed.get(experiment)
+        record = entry.get("provenance") if entry else None
+        return record if isinstance(record, dict) and same_numbers(entry, analysis, experiment) else None
+
+    return {e: earlier(e) or record for e, record in records.items()}
 
 
-def sources(records: dict[str, dict | None], kept: Kept) -> dict[str, str]:
+def sources(records: dict[str, dict], kept: Kept) -> dict[str, str]:
     """Experiment -> which runs its numbers come from, for the pages: this analysis' runs (`records`,
     `from_runs`), or those of the manifest entries it keeps, said to be kept."""
-    texts = {}
-    for experiment, record in records.items():
-        runs = record["runs"] if record else len(kept.recomputed[experiment].get("runs", []))
-        texts[experiment] = describe(record, runs, kept=False)
+    texts = {e: describe(r, r["runs"], kept=False) for e, r in records.items()}
     for experiment, record in kept_provenance(kept).items():
         texts[experiment] = describe(record, len(kept.experiments[experiment]["runs"]), kept=True)
     return texts
