@@ -63,8 +63,9 @@ def test_the_ablation_experiment_runs_its_arms_and_the_report_shows_the_delay(tm
     by_arm = table.set_index("arm")
     assert by_arm.loc["tepa_rev", "back"] == by_arm.loc["tepa_rev", "returns"] > 0
     assert by_arm.loc["tepa_rev_literal", "back"] < by_arm.loc["tepa_rev_literal", "returns"]
-    readme = (tmp_path / "out" / "README.md").read_text()
-    assert "TEPA-Rev's rule switches: per-phase success and re-promotion delay" in readme
+    page = (tmp_path / "out" / "ablation_lifecycle.md").read_text()  # the experiment's own page
+    assert "TEPA-Rev's rule switches: per-phase success and re-promotion delay" in page
+    assert "(ablation_lifecycle.md)" in (tmp_path / "out" / "README.md").read_text()
 
 
 def test_a_garbled_archive_stops_the_ablation_table_with_one_line_naming_the_file(tmp_path):
