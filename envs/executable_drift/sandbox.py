@@ -244,8 +244,6 @@ class Sandbox:
         a folder tree) and any file or link standing where one of its parent folders belongs. Links are
         deleted, never followed, also one planted while this runs (folders are entered by descriptor)."""
         parts = self._parts(path)
-        if self._seen_absent(parts):
-            return
         fd = os.dup(self._fd)
         try:
             for i, part in enumerate(parts):
@@ -257,23 +255,6 @@ class Sandbox:
                 fd = inner
         finally:
             os.close(fd)
-
-    def _seen_absent(self, parts: Sequence[str]) -> bool:
-        """Whether the last sweep listed the folder of `parts` without its last part, and neither that
-        folder nor any above it has changed since (an entry added or replaced changes its folder's
-        status; see `sweep`): then there is nothing to clear, found with one fstat per folder."""
-        rel, fd = "", self._fd
-        for i, part in enumerate(parts):
-            memo = self._memo.get(rel)
-            if memo is None or _status(fd) != memo[0]:
-                return False
-            if i == len(parts) - 1:
-                return part not in memo[1] and part not in memo[2]
-            if part not in memo[2]:
-                return False  # no kept folder there: `clear` looks (it may have to remove a file)
-            rel += part + "/"
-            fd = self._held[rel[:-1]][0]
-        return False
 
     def write(self, path: str, data: bytes) -> None:
         """Write `data` to a new file `path` inside the sandbox, creating parent directories (a file
