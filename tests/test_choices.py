@@ -6,9 +6,9 @@ import sys
 
 import pandas as pd
 
-from runners.llm.choices import describe, main
 from envs.base import Task
 from runners.agent.prompt import render
+from runners.llm.choices import describe, main
 from runners.run import PROJECT_ROOT
 from tepa.evidence import Evidence
 

@@ -200,6 +200,7 @@ def tool_floor(calls: int = 1000) -> dict[str, float]:
     operations around it (the artefact read for the check, then removed). CPU of this process and of the
     worker, per call."""
     from envs.executable_drift.env import ExecutableDrift
+    from envs.executable_drift.tools import VERSIONS
 
     with ExecutableDrift(phase_length=1) as env:
         env.reset(0)
@@ -212,7 +213,8 @@ def tool_floor(calls: int = 1000) -> dict[str, float]:
         for job in jobs:
             version = env.versions_at(0)[job.tool.name]
             argv = job.tool.invocation(job.subject, version).split()
-            work.append((argv, version, job.tool.written(argv[1:], version)))
+            out = job.tool.params(job.subject, job.tool.conventions[VERSIONS[version].convention])["out"]
+            work.append((argv, version, out))
         argv, version, out = work[0]
         env.worker.call(argv[0], argv[1:], version, root, env.time_limit)  # starts the worker: not timed
         box.clear(out)
