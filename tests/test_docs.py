@@ -130,12 +130,20 @@ def checked_numbers(page: Path) -> list[tuple[str, str, str]]:
     ]
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_quoted_result_is_the_value_of_its_source_at_the_precision_shown(page):
+def stale_numbers(page: Path) -> list[str]:
+    """The quoted results of `page` that are not their source's value at the precision shown."""
+    stale = []
     for text, target, title in checked_numbers(page):
         value = _value((page.parent / target).resolve(), title)
         shown, decimals = _shown(text)
-        assert abs(value - shown) <= 0.5 * 10**-decimals + 1e-9, f"[{text}]({target} {title!r}) is {value}"
+        if abs(value - shown) > 0.5 * 10**-decimals + 1e-9:
+            stale.append(f"[{text}]({target} {title!r}) is {value}")
+    return stale
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_quoted_result_is_the_value_of_its_source_at_the_precision_shown(page):
+    assert stale_numbers(page) == []
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -150,15 +158,10 @@ def test_no_decimal_number_in_prose_is_left_unchecked(page):
 
 
 def test_a_number_that_drifts_from_its_table_fails_the_check(tmp_path):
-    """The check itself: a quoted number that no longer matches its source is caught."""
+    """The check itself: a quoted number that no longer matches its source is caught, a true one is not."""
     (tmp_path / "t.csv").write_text("memory,metric,mean\nreactive,prompt_tokens,1132.6\n")
-    assert _value(tmp_path / "t.csv", "memory=reactive metric=prompt_tokens: mean") == 1132.6
-    shown, decimals = _shown("777")
-    assert abs(1132.6 - shown) > 0.5 * 10**-decimals
     page = tmp_path / "p.md"
     page.write_text('Reactive uses [777](t.csv "memory=reactive metric=prompt_tokens: mean") tokens.\n')
-    [(text, target, title)] = checked_numbers(page)
-    with pytest.raises(AssertionError):
-        value = _value(tmp_path / target, title)
-        shown, decimals = _shown(text)
-        assert abs(value - shown) <= 0.5 * 10**-decimals
+    assert stale_numbers(page) == ["[777](t.csv 'memory=reactive metric=prompt_tokens: mean') is 1132.6"]
+    page.write_text('Reactive uses [1,132.6](t.csv "memory=reactive metric=prompt_tokens: mean") tokens.\n')
+    assert stale_numbers(page) == []
