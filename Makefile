@@ -29,8 +29,8 @@ $(ADAPTERS_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,adapters]'
 	touch $(ADAPTERS_STAMP)
 
-test: $(STAMP) $(ADAPTERS_STAMP) ## the test suite (no real model; two workers)
-	$(BIN)/python -m pytest -m "not llm and not slurm" -n 2
+test: $(STAMP) $(ADAPTERS_STAMP) ## the test suite (no real model)
+	$(BIN)/python -m pytest -m "not llm and not slurm"
 
 # The tests that read the MemoryAgentBench data, run with no data folder (a fresh clone offline): each
 # test of the real data skips with its reason, the generated-data tests pass; an error fails, and so does
