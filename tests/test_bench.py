@@ -391,6 +391,15 @@ def test_each_module_belongs_to_one_stage_and_built_ins_to_none():
     assert breakdown.stage_of("~") is None
 
 
+def test_the_breakdown_reports_memoryagentbench_as_skipped_without_its_data(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEPA_DATA_DIR", str(tmp_path / "no-data"))
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: the download fails at once
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    report = breakdown.breakdown(("paper_memoryagentbench",))
+    assert set(report) == {"paper_memoryagentbench"}
+    assert report["paper_memoryagentbench"]["skipped"].startswith("ConfigError: env: ")
+
+
 def test_a_built_in_functions_time_goes_to_the_stage_of_its_callers(tmp_path):
     import cProfile
     import pstats

@@ -34,6 +34,7 @@ from typing import Any
 from runners.bench.clock import children_cpu
 from runners.bench.memory import median
 from runners.compose import compose_config, compose_spec
+from runners.config import ConfigError
 from runners.registry import swept_memories
 from runners.run import run_spec
 
@@ -167,7 +168,7 @@ def breakdown(
             points = [(*p, *(extra or {}).get(experiment, ())) for p in sweep_points(experiment)]
             seeds = len(compose_spec(points[0]).seeds)
             profiles = [profile_stream(p, warm=i == 0) for i, p in enumerate(points)]
-        except (ValueError, OSError, RuntimeError) as exc:
+        except (ConfigError, ValueError, OSError, RuntimeError) as exc:
             out[experiment] = {"skipped": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
             continue
         stages = dict.fromkeys(STAGES, 0.0)
