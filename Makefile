@@ -29,8 +29,10 @@ $(ADAPTERS_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,adapters]'
 	touch $(ADAPTERS_STAMP)
 
+# Two workers (pytest-xdist), one per core of a 2-core machine; TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP) $(ADAPTERS_STAMP) ## the test suite (no real model)
-	$(BIN)/python -m pytest -m "not llm and not slurm"
+	$(BIN)/python -m pytest -m "not llm and not slurm" -n $(TEST_WORKERS)
 
 # The tests that read the MemoryAgentBench data, run with no data folder (a fresh clone offline): each
 # test of the real data skips with its reason, the generated-data tests pass; an error fails, and so does

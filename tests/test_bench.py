@@ -434,7 +434,10 @@ def test_the_tool_floor_is_one_real_call_through_the_worker():
 def test_the_test_suite_timing_runs_make_tests_command_and_reads_its_summary():
     from runners.bench.testsuite import command, time_tests
 
-    assert command()[1:] == ["-m", "pytest", "-m", "not llm", "-n", "2", "-p", "no:cacheprovider"]
+    argv = command(ROOT)
+    recipe = subprocess.run(["make", "-n", "-s", "test"], cwd=ROOT, capture_output=True, text=True).stdout
+    assert " ".join(argv[1:-2]) in recipe.replace('"', "") and argv[-2:] == ["-p", "no:cacheprovider"]
+    assert argv[argv.index("-n") + 1] == "2"  # two workers, one per core of the target machine
     timed = time_tests(ROOT, paths=("tests/test_parse.py",))
     assert timed["exit_code"] == 0 and timed["workers"] == 2 and timed["wall_s"] > 0
     assert timed["summary"].endswith("passed") and int(timed["summary"].split()[0]) > 0

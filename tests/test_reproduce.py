@@ -101,7 +101,8 @@ def test_the_experiments_share_one_slot_per_core_and_earlier_ones_come_first(cap
     env = "os.environ.get('TEPA_JOB_PRIORITY'), bool(os.environ.get('TEPA_JOB_SLOTS'))"
     show = [PY, "-c", f"import os; print('env', {env})"]
     reproduce.run_side_by_side([Step("a", None, show), Step("b", None, show)])
-    printed = capsys.readouterr().out
-    assert "env 0 True" in printed.split("--- b")[0] and "env 1 True" in printed.split("--- b")[1]
+    # each step's output follows its "--- name:" line; either may end first
+    blocks = dict(b.split(":", 1) for b in capsys.readouterr().out.split("--- ")[1:])
+    assert "env 0 True" in blocks["a"] and "env 1 True" in blocks["b"]
     reproduce.run_side_by_side([Step("a", None, show)], slots=0)
     assert "env 0 False" in capsys.readouterr().out

@@ -29,7 +29,9 @@ def _kill_after_sending(monkeypatch, kill: Callable[[object, int, int], bool]) -
 
 def _stream(results: Path) -> pd.DataFrame:
     run_overrides(
-        "env=executable_drift", "env.phase_length=30", "memory=tepa_full", "seeds=[0]",
+        # a generous time limit: on a loaded machine a call's own limit (2 s) could stop one call in one
+        # stream and not the other; what is tested here is the restart after a kill
+        "env=executable_drift", "env.phase_length=30", "env.time_limit=60", "memory=tepa_full", "seeds=[0]",
         f"results_dir={results}", "progress=false",
     )  # fmt: skip
     (parquet,) = results.glob("runs/**/episodes.parquet")

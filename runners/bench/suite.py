@@ -293,7 +293,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = lambda msg: None)
     if args.skip_tests or args.quick:
         report["tests"] = {"skipped": "--skip-tests" if args.skip_tests else "--quick"}
     else:
-        section("tests", "make test: the suite on two workers", lambda: time_tests(PROJECT_ROOT))
+        section("tests", "make test: the suite as the Makefile runs it", lambda: time_tests(PROJECT_ROOT))
     report["meta"]["section_seconds"] = took
     report["meta"]["bench_seconds"] = round(sum(took.values()), 1)
     report["meta"]["load_average_end"] = _load()
