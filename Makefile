@@ -121,28 +121,39 @@ test-llm: $(LLM_STAMP) ## integration tests against the real local models
 
 # Both local models, one after the other (never both at once), each served by runners.llm.local.llama_server
 # (its count of cached prompt tokens is in every stream's backend_stats): controlled drift with the five
-# methods, 12 seeds (conf/experiment/llm_drift.yaml), into results/llm/<model>/; size and time in
-# results/llm/README.md. One job at a time, so that one decision's requests reach the server together.
-# Each model's folder holds that run alone: --replace, so that a changed design replaces the committed one.
+# methods on 12 seeds (conf/experiment/llm_drift.yaml) into results/llm/<model>/, then the paper's central
+# pair, No Memory and Append-Only, on 28 seeds (conf/experiment/llm_drift_reversal.yaml) into
+# results/llm/reversal/<model>/: its seeds 0-11 are the first run's streams, answered from that run's reply
+# cache, so each further seed costs one Append-Only stream. Size and time in results/llm/README.md. One job
+# at a time, so that one decision's requests reach the server together. Each folder holds its run alone:
+# --replace, so that a changed design replaces the committed one.
 LLM_NICE := nice -n 5
 LLM_ORDER := no_memory,append_only,lww,tepa_rev,tepa_norev
+LLM_FOLDERS := gemma3 reversal/gemma3 smollm2 reversal/smollm2
+LLM_URL = llm.base_url=http://127.0.0.1:$(LLM_PORT)/v1
 reproduce-llm: $(LLM_STAMP) ## the real-model drift experiment (Gemma 3 270M, SmolLM2-135M) into results/llm/
 	$(LLM_NICE) $(BIN)/python -m runners.llm.local.serve --model gemma3 --port $(LLM_PORT) -- \
-		$(RUN) experiment=llm_drift llm=local_gemma results_dir=results/llm/gemma3 hydra.launcher.n_jobs=1 \
-		llm.base_url=http://127.0.0.1:$(LLM_PORT)/v1
+		$(RUN) experiment=llm_drift llm=local_gemma results_dir=results/llm/gemma3 hydra.launcher.n_jobs=1 $(LLM_URL)
+	$(LLM_NICE) $(BIN)/python -m runners.llm.local.serve --model gemma3 --port $(LLM_PORT) -- \
+		$(RUN) experiment=llm_drift_reversal llm=local_gemma results_dir=results/llm/reversal/gemma3 \
+		hydra.launcher.n_jobs=1 $(LLM_URL) llm.cache_path=results/llm/gemma3/llm_cache.sqlite
 	$(LLM_NICE) $(BIN)/python -m runners.llm.local.serve --model smollm2 --completions-only --port $(LLM_PORT) -- \
-		$(RUN) experiment=llm_drift llm=local results_dir=results/llm/smollm2 hydra.launcher.n_jobs=1 \
-		llm.base_url=http://127.0.0.1:$(LLM_PORT)/v1
-	for model in gemma3 smollm2; do \
-		$(BIN)/python -m analysis --runs results/llm/$$model/runs --out results/llm/$$model --replace \
-			--backend-note results/llm/$$model/BACKEND.md && \
-		$(BIN)/python -m runners.llm.choices --runs results/llm/$$model/runs --out results/llm/$$model \
+		$(RUN) experiment=llm_drift llm=local results_dir=results/llm/smollm2 hydra.launcher.n_jobs=1 $(LLM_URL)
+	$(LLM_NICE) $(BIN)/python -m runners.llm.local.serve --model smollm2 --completions-only --port $(LLM_PORT) -- \
+		$(RUN) experiment=llm_drift_reversal llm=local results_dir=results/llm/reversal/smollm2 \
+		hydra.launcher.n_jobs=1 $(LLM_URL) llm.cache_path=results/llm/smollm2/llm_cache.sqlite
+	for folder in $(LLM_FOLDERS); do \
+		$(BIN)/python -m analysis --runs results/llm/$$folder/runs --out results/llm/$$folder --replace \
+			--backend-note results/llm/$$folder/BACKEND.md && \
+		$(BIN)/python -m runners.llm.choices --runs results/llm/$$folder/runs --out results/llm/$$folder \
 			--order $(LLM_ORDER) && \
-		$(BIN)/python -m runners.llm.targets --runs results/llm/$$model/runs --out results/llm/$$model \
+		$(BIN)/python -m runners.llm.targets --runs results/llm/$$folder/runs --out results/llm/$$folder \
 			|| exit 1; \
 	done
 	$(BIN)/python -m runners.llm.summary --readme results/llm/README.md \
-		gemma3="Gemma 3 270M" smollm2="SmolLM2-135M-Instruct"
+		gemma3="Gemma 3 270M" smollm2="SmolLM2-135M-Instruct" \
+		reversal/gemma3="Gemma 3 270M: No Memory and Append-Only" \
+		reversal/smollm2="SmolLM2-135M-Instruct: No Memory and Append-Only"
 
 # The scoring-mode pilot (seeds 100-101, the stable phase) for both models, then its table and choice
 # (runners.llm.pilot) into results/llm/pilot/<model>.md.
