@@ -47,7 +47,7 @@ def test_the_block_holds_each_models_tables_and_run_size_and_leaves_the_prose_al
     assert not any("| overall |" in row for row in text.split("Reader-free")[1].splitlines())
     assert "| 2: below 0, CI excluding 0 |" in text
     decisions = len(METHODS) * 2 * 3 * 8  # methods x seeds x phases x episodes
-    assert f"{len(METHODS) * 2} streams, {decisions:,} decisions, 0 requests" in text
+    assert f"{len(METHODS) * 2} streams (seeds 0-1), {decisions:,} decisions, 0 requests" in text
     assert summary.main(["--readme", str(readme), "tiny=Tiny Model"]) == 0
     assert readme.read_text() == text  # idempotent: the block is replaced, not appended
 
@@ -60,7 +60,8 @@ def test_the_run_size_takes_each_methods_last_counts_and_sums_them_over_methods(
         d.mkdir()
         stats = {"calls": calls, "requests": 2 * calls, "prompt_tokens": sent,
                  "server_counted_prompt_tokens": counted, "server_cached_tokens": cached}  # fmt: skip
-        meta = {"complete": True, "memory": memory, "n_episodes": 10, "backend_stats": stats, "files": {},
+        meta = {"complete": True, "memory": memory, "seed": seed, "n_episodes": 10, "backend_stats": stats,
+                "files": {},
                 "started_at": f"2026-12-01T10:0{seed}:00+00:00",
                 "finished_at": f"2026-12-01T10:1{seed}:00+00:00"}  # fmt: skip
         (d / "meta.json").write_text(json.dumps(meta))
@@ -78,7 +79,8 @@ def test_the_run_size_adds_the_counts_of_invocations_that_ran_a_methods_seeds_on
         d = tmp_path / f"seed={seed}"
         d.mkdir()
         stats = {"calls": calls, "requests": 2 * calls, "prompt_tokens": 10 * calls}
-        meta = {"complete": True, "memory": memory, "n_episodes": 10, "backend_stats": stats, "files": {},
+        meta = {"complete": True, "memory": memory, "seed": seed, "n_episodes": 10, "backend_stats": stats,
+                "files": {},
                 "started_at": f"2026-12-01T10:0{seed}:00+00:00",
                 "finished_at": f"2026-12-01T10:1{seed}:00+00:00"}  # fmt: skip
         (d / "meta.json").write_text(json.dumps(meta))
@@ -86,6 +88,13 @@ def test_the_run_size_adds_the_counts_of_invocations_that_ran_a_methods_seeds_on
         (d / "archive.jsonl").write_bytes(b"")
     size = summary.run_size(tmp_path)
     assert size["requests"] == 2 * (5 + 4 + 6) and size["prompt_tokens"] == 10 * (5 + 4 + 6)
+
+
+@pytest.mark.parametrize(
+    ("seeds", "shown"), [([3, 0, 1, 2, 1], "0-3"), ([0, 1, 2, 7, 12, 13], "0-2, 7, 12-13"), ([5], "5")]
+)
+def test_the_seeds_are_named_as_runs_of_consecutive_seeds(seeds, shown):
+    assert summary.seed_ranges(seeds) == shown
 
 
 @pytest.mark.parametrize("text", ["no markers", f"{summary.END}\n{summary.BEGIN}\n"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
@@ -50,12 +51,24 @@ def run_size(runs: Path) -> dict[str, float]:
     end = max(datetime.fromisoformat(m["finished_at"]) for m in metas)
     return {
         "streams": len(metas),
+        "seeds": seed_ranges(m["seed"] for m in metas),
         "decisions": sum(m["n_episodes"] for m in metas),
         "requests": sum(s.get("requests", 0) for s in last),
         "prompt_tokens": sum(s.get("prompt_tokens", 0) for s in last),
         "evaluated_share": 1 - cached / counted if counted else float("nan"),
         "minutes": (end - start).total_seconds() / 60,
     }
+
+
+def seed_ranges(seeds: Iterable[int]) -> str:
+    """The distinct seeds as runs of consecutive ones: "0-27", "0-7, 12"."""
+    runs: list[list[int]] = []
+    for seed in sorted(set(seeds)):
+        if runs and seed == runs[-1][1] + 1:
+            runs[-1][1] = seed
+        else:
+            runs.append([seed, seed])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _table(path: Path, drop_overall: bool = False) -> str:
@@ -77,7 +90,8 @@ def model_block(folder: Path, label: str, link: str | None = None) -> str:
     return "\n\n".join(
         [
             f"### {label}",
-            f"{size['streams']} streams, {size['decisions']:,} decisions, {size['requests']:,} requests, "
+            f"{size['streams']} streams (seeds {size['seeds']}), {size['decisions']:,} decisions, "
+            f"{size['requests']:,} requests, "
             f"{size['prompt_tokens']:,} prompt tokens sent, of which the server evaluated "
             f"{size['evaluated_share']:.3f} (its own count of cached tokens); "
             f"{size['minutes']:.1f} minutes from the first stream's start to the last one's end. Full "
