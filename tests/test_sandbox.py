@@ -170,6 +170,27 @@ def test_a_folder_moved_out_between_sweeps_is_never_swept_and_its_replacement_is
     assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == ["build", "build/deep"]
 
 
+def test_a_sweep_told_what_was_written_still_removes_what_was_planted_and_what_was_overwritten(tmp_path):
+    root = tmp_path / "box"
+    (root / "build" / "deep").mkdir(parents=True)
+    (root / "build" / "deep" / "y.txt").write_text("y")
+    box = Sandbox(root)
+    box.sweep(SWEPT, 2**20)  # every folder listed: remembered as it is now
+    (root / "build" / "deep" / "y.txt").write_text("too long for its layout size")  # in place: no new entry
+    box.sweep(SWEPT, 2**20, touched=["build/deep/y.txt"])
+    assert not (root / "build" / "deep" / "y.txt").exists()  # looked at because it was named
+    (root / "build" / "deep" / "planted.txt").write_text("from outside")  # a new entry: its folder changed
+    (root / "planted").mkdir()
+    box.sweep(SWEPT, 2**20, touched=[])
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == ["build", "build/deep"]
+    (root / "build" / "x.tar.gz").write_bytes(b"x" * 100)
+    box.sweep(SWEPT, 2**20, touched=["build/x.tar.gz"])
+    assert (root / "build" / "x.tar.gz").exists()  # an output of any size, within the budget
+    (root / "build" / "x.tar.gz").write_bytes(b"x" * 2000)  # grown in place past the budget
+    box.sweep(SWEPT, 1000, touched=["build/x.tar.gz"])
+    assert not (root / "build" / "x.tar.gz").exists()
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
 def test_the_folders_a_sweep_holds_are_closed_with_the_sandbox(tmp_path):
     (tmp_path / "build" / "deep").mkdir(parents=True)
@@ -345,3 +366,19 @@ def test_a_memoised_archive_check_ignores_the_gzip_timestamp_but_not_the_content
     out.write_bytes(data[: len(data) // 2])  # a truncated one
     assert tool.verify(Sandbox(tmp_path), subject, fixture, "1.0").startswith("check failed:")
     assert tool.verify(Sandbox(tmp_path), subject, {**fixture, "reports/x": b"x"}, "1.0") is not None
+
+
+def test_clearing_a_path_the_last_sweep_saw_absent_still_removes_what_was_planted_there_since(tmp_path):
+    root = tmp_path / "box"
+    (root / "build" / "deep").mkdir(parents=True)
+    box = Sandbox(root)
+    box.sweep(SWEPT, 2**20)  # build/ listed without x.tar.gz
+    box.clear("build/x.tar.gz")  # nothing there: nothing done
+    (root / "build" / "x.tar.gz").write_text("planted")  # a new entry: build/ changed
+    box.clear("build/x.tar.gz")
+    assert not (root / "build" / "x.tar.gz").exists()
+    box.sweep(SWEPT, 2**20)
+    (root / "build").rename(tmp_path / "moved")  # the held folder moved out, a file in its place
+    (root / "build").write_text("in the way")
+    box.clear("build/x.tar.gz")
+    assert not (root / "build").exists() and (tmp_path / "moved").is_dir()

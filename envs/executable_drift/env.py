@@ -144,6 +144,7 @@ class ExecutableDrift(EnvironmentBase):
         self._trial_rng = random.Random(0)
         self._now = 0
         self._tool_calls = 0  # calls that reached a tool: only those can leave what a sweep removes
+        self._touched: list[str] | None = []  # what the calls since the last sweep wrote (None: unknown)
 
     # ----- the protocol
     def __len__(self) -> int:
@@ -326,7 +327,14 @@ class ExecutableDrift(EnvironmentBase):
         if usage is not None:
             return False, usage
         self._tool_calls += 1
+        stopped = self._worker.stopped_calls
         ok, message = self._worker.call(argv[0], argv[1:], version, str(sandbox.root), self.time_limit)
+        written = program.written(argv[1:], version) if program is not None else None
+        if self._touched is not None:  # see _swept
+            if written is None or self._worker.stopped_calls != stopped:
+                self._touched = None
+            else:
+                self._touched.append(sandbox.relative(os.path.normpath(os.path.join(sandbox.root, written))))
         if not ok:
             return False, message
         problem = tool.verify(sandbox, job.subject, job.fixture, regime[tool.name])
@@ -335,17 +343,24 @@ class ExecutableDrift(EnvironmentBase):
     def _swept(self, sandbox: Sandbox, run: Callable[[], _T]) -> _T:
         """`run()`, then `sandbox` swept when it reached a tool (see `_tool_calls`). Run again from the
         swept sandbox when the tool process died under it: a worker killed from outside must not change an
-        outcome (a call that kills it twice is a failure, as on any run)."""
+        outcome (a call that kills it twice is a failure, as on any run).
+
+        The sweep is told the paths the built-in tools wrote (`Tool.written`; the restore before a call
+        adds and removes files, which their folders show): then it lists only the folders that changed
+        (`Sandbox.sweep`). A call that was stopped, or of a tool whose writes are not known (`extra_tools`),
+        makes it list every folder."""
         died, calls = self._worker.died_calls, self._tool_calls
+        self._touched = []
         try:
             result = run()
             if self._worker.died_calls != died:
                 sandbox.sweep(self._layout, SANDBOX_BUDGET)
+                self._touched = []
                 result = run()
             return result
         finally:
             if self._tool_calls != calls:
-                sandbox.sweep(self._layout, SANDBOX_BUDGET)
+                sandbox.sweep(self._layout, SANDBOX_BUDGET, self._touched)
 
     def _stream(self, rng: random.Random) -> Iterator[Task]:
         for t in range(len(PHASES) * self.phase_length):

@@ -54,6 +54,9 @@ class Sandbox:
         self._prefix = self._root.rstrip(os.sep) + os.sep
         self._fd = os.open(self._root, _DIR_FLAGS)  # every write, read and delete starts from it
         self._held: dict[str, tuple[int, int]] = {}  # the sweep's folders: name -> (descriptor, inode)
+        # what the last sweep saw of each kept folder: path -> (status, kept files' sizes, kept folders)
+        self._memo: dict[str, tuple[tuple[int, ...], dict[str, int], list[str]]] = {}
+        self._memo_layout: Layout | None = None
         weakref.finalize(self, _close_all, self._fd, self._held)
 
     def resolve(self, path: str) -> Path:
@@ -112,42 +115,100 @@ class Sandbox:
             raise Refused(f"refused: {path} has {st.st_nlink} hard links")
         return real
 
-    def sweep(self, layout: Layout, budget: int) -> None:
+    def sweep(self, layout: Layout, budget: int, touched: Collection[str] | None = None) -> None:
         """Remove everything but the layout's files (plain files of the expected size; outputs any size)
         and the folders that hold them; then, when what is left exceeds `budget` bytes, the outputs too.
-        One scandir per kept folder and one lstat per kept file: cheap enough for every episode. Folders
-        are entered by descriptor without following links, so a folder swapped for a link while the
-        sweep runs cannot make it delete outside the sandbox. A kept folder's descriptor is held from
+        Folders are entered by descriptor without following links, so a folder swapped for a link while
+        the sweep runs cannot make it delete outside the sandbox. A kept folder's descriptor is held from
         one sweep to the next and used again while its name lists the same inode (which the held
-        descriptor keeps from being reused): opening and closing a dozen folders was a third of the
-        sweep's system calls."""
+        descriptor keeps from being reused).
+
+        `touched` (root-relative paths) says that since the last sweep only those files may have been
+        written in place; every other change adds, removes or renames an entry, which changes its
+        folder's status (inode, size, links, modification and change times). Then a kept folder whose
+        status is what the last sweep saw is not listed again (its kept files are as they were: one
+        fstat instead of a listing and an lstat per file), and the touched files in it are looked at
+        alone. A change from outside is seen in the status of its folder as well (Linux makes a folder's
+        change time fine-grained once it was read, so no change after a sweep hides in the same clock
+        tick). None: every folder is listed, as after a call of a tool whose writes are not known."""
+        if layout is not self._memo_layout or touched is None:
+            self._memo.clear()
+            self._memo_layout = layout
+        touched_in: dict[str, list[str]] = {}
+        for path in touched or ():
+            folder, _, name = path.rpartition("/")
+            touched_in.setdefault(folder, []).append(name)
         kept, outputs = 0, []
         stack = [("", self._fd)]
         while stack:
             rel, fd = stack.pop()
-            with os.scandir(fd) as entries:
-                for entry in entries:
-                    name = rel + entry.name
-                    if entry.is_dir(follow_symlinks=False):
-                        if name in layout.dirs:
-                            inner = self._held_folder(name, entry, fd)
-                            if inner is not None:
-                                stack.append((name + "/", inner))
-                        else:
-                            _remove(entry.name, fd)
-                        continue
-                    size = layout.files.get(name, -1)
-                    if size != -1 and entry.is_file(follow_symlinks=False):
-                        st = entry.stat(follow_symlinks=False)
-                        if st.st_nlink == 1 and size in (None, st.st_size):
-                            kept += st.st_size
-                            if size is None:
-                                outputs.append((fd, entry.name))
-                            continue
-                    _remove(entry.name, fd)
+            status = _status(fd)
+            memo = self._memo.get(rel)
+            if memo is not None and memo[0] == status:
+                files, folders = memo[1], memo[2]
+                for name in touched_in.get(rel.rstrip("/"), ()):
+                    if name in files and not self._keeps(rel + name, name, fd, layout, files):
+                        del self._memo[rel]  # its status changed with the removal: listed next time
+            else:
+                files, folders = self._list(rel, fd, layout)
+            stack.extend((f"{rel}{name}/", self._held[rel + name][0]) for name in folders)
+            for name, size in files.items():
+                kept += size
+                if layout.files[rel + name] is None:
+                    outputs.append((fd, name))
         if kept > budget:
+            self._memo.clear()
             for fd, name in outputs:
                 _remove(name, fd)
+
+    def _list(self, rel: str, fd: int, layout: Layout) -> tuple[dict[str, int], list[str]]:
+        """List the folder `fd` (`rel` its path and a slash, "" for the root) and remove what the layout
+        does not keep; its kept files (name -> size) and folders, remembered with the status it had
+        when listed (not when something was removed from it: then it is listed again next time)."""
+        status = _status(fd)
+        files: dict[str, int] = {}
+        folders: list[str] = []
+        removed = False
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                name = rel + entry.name
+                if entry.is_dir(follow_symlinks=False):
+                    if name in layout.dirs:
+                        if self._held_folder(name, entry, fd) is not None:
+                            folders.append(entry.name)
+                    else:
+                        _remove(entry.name, fd)
+                        removed = True
+                    continue
+                size = layout.files.get(name, -1)
+                if size != -1 and entry.is_file(follow_symlinks=False):
+                    st = entry.stat(follow_symlinks=False)
+                    if st.st_nlink == 1 and size in (None, st.st_size):
+                        files[entry.name] = st.st_size
+                        continue
+                _remove(entry.name, fd)
+                removed = True
+        if removed:
+            self._memo.pop(rel, None)
+        else:
+            self._memo[rel] = (status, files, folders)
+        return files, folders
+
+    def _keeps(self, path: str, name: str, fd: int, layout: Layout, files: dict[str, int]) -> bool:
+        """Whether the layout keeps the file `name` (at `path`) in the folder `fd` as it is now, written
+        in place since the last sweep; `files` is updated, and the file removed when it is not kept."""
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            del files[name]
+            return False
+        size = layout.files[path]
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and size in (None, st.st_size):
+            files[name] = st.st_size
+            return True
+        _remove(name, fd)
+        del files[name]
+        return False
 
     def _held_folder(self, name: str, entry: os.DirEntry[str], parent: int) -> int | None:
         """The held descriptor of the kept folder `name` (listed as `entry` in the folder `parent`): the
@@ -183,6 +244,8 @@ class Sandbox:
         a folder tree) and any file or link standing where one of its parent folders belongs. Links are
         deleted, never followed, also one planted while this runs (folders are entered by descriptor)."""
         parts = self._parts(path)
+        if self._seen_absent(parts):
+            return
         fd = os.dup(self._fd)
         try:
             for i, part in enumerate(parts):
@@ -194,6 +257,23 @@ class Sandbox:
                 fd = inner
         finally:
             os.close(fd)
+
+    def _seen_absent(self, parts: Sequence[str]) -> bool:
+        """Whether the last sweep listed the folder of `parts` without its last part, and neither that
+        folder nor any above it has changed since (an entry added or replaced changes its folder's
+        status; see `sweep`): then there is nothing to clear, found with one fstat per folder."""
+        rel, fd = "", self._fd
+        for i, part in enumerate(parts):
+            memo = self._memo.get(rel)
+            if memo is None or _status(fd) != memo[0]:
+                return False
+            if i == len(parts) - 1:
+                return part not in memo[1] and part not in memo[2]
+            if part not in memo[2]:
+                return False  # no kept folder there: `clear` looks (it may have to remove a file)
+            rel += part + "/"
+            fd = self._held[rel[:-1]][0]
+        return False
 
     def write(self, path: str, data: bytes) -> None:
         """Write `data` to a new file `path` inside the sandbox, creating parent directories (a file
@@ -377,6 +457,12 @@ def read_plain(path: str) -> bytes | None:
         return _read_all(fd)
     finally:
         os.close(fd)
+
+
+def _status(fd: int) -> tuple[int, ...]:
+    """What changes when a folder's entries change: inode, size, links, modification and change times."""
+    st = os.fstat(fd)
+    return (st.st_ino, st.st_size, st.st_nlink, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _enter(name: str, fd: int) -> int | None:

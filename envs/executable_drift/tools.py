@@ -167,6 +167,12 @@ class Tool(ABC):
         namespace = _parsed(self._parsers[VERSIONS[version].syntax], tuple(argv))
         return namespace if isinstance(namespace, str) else None
 
+    def written(self, argv: list[str], version: str) -> str | None:
+        """The one path a call of `argv` under `version` may write, as given (its `out` argument: every
+        tool writes its artefact there and nothing else); None when it does not parse."""
+        namespace = _parsed(self._parsers[VERSIONS[version].syntax], tuple(argv))
+        return None if isinstance(namespace, str) else namespace["out"]
+
     @abstractmethod
     def operate(self, sandbox: Sandbox, params: dict[str, Any]) -> str:
         """Do the work on already-confined paths; return the success message."""
