@@ -79,6 +79,8 @@ QUICK_BREAKDOWN: dict[str, Any] = {
 }
 #: `make reproduce` on a quiet 2-core machine: wall and CPU seconds, and its analysis' wall seconds.
 REPRODUCE_WALL_S, REPRODUCE_WALL_MAX_S, REPRODUCE_CPU_S, ANALYSIS_S = 100, 150, 200, 5
+#: The transcript viewer's budget on one paper experiment's runs (the README's example), CPU seconds.
+VIEWER_EXPERIMENT, VIEWER_CPU_S = "paper_controlled", 10
 FLAT_SLOPE = 0.2  # "flat": cost grows less than 100**0.2 = 2.5x over a 100x longer stream
 GROWING_SLOPE = 0.5
 
@@ -343,6 +345,7 @@ def time_reproduce(keep: Path | None = None) -> dict[str, Any]:
             tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
             return {"steps_s": steps, "failed": f"analysis: exit {done.returncode}: {' / '.join(tail)}"}
         cpu = round(children_cpu() - cpu_start, 1)
+        viewer = time_viewer(Path(tmp) / "runs" / VIEWER_EXPERIMENT)
         verification = time_verification(Path(tmp) / "runs")
         tree = tree_bytes(Path(tmp) / "runs")
     verification["fraction_of_reproduce"] = round(verification["seconds"] / wall, 4) if wall else None
@@ -353,7 +356,22 @@ def time_reproduce(keep: Path | None = None) -> dict[str, Any]:
         "cpu_s": cpu,
         "verification": verification,
         "run_tree_bytes": tree,
+        "viewer": viewer,
     }
+
+
+def time_viewer(runs: Path) -> dict[str, Any]:
+    """CPU and wall seconds of the transcript viewer's page of the experiment's runs under `runs`, as the
+    README runs it (`python -m analysis.view RUNS --out view.html`); None when it failed or the runs are
+    missing (MemoryAgentBench skipped does not touch paper_controlled, so that is a real failure)."""
+    with tempfile.TemporaryDirectory(prefix="tepa-bench-view-") as tmp:
+        command = [sys.executable, "-m", "analysis.view", str(runs), "--out", f"{tmp}/view.html"]
+        start, cpu = time.perf_counter(), children_cpu()
+        done = subprocess.run(command, cwd=PROJECT_ROOT, capture_output=True, text=True)
+        wall, cpu = time.perf_counter() - start, children_cpu() - cpu
+    if done.returncode:
+        return {"experiment": runs.name, "failed": (done.stderr or done.stdout).strip()[-300:]}
+    return {"experiment": runs.name, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}
 
 
 def tree_bytes(root: Path) -> int:
@@ -416,7 +434,13 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             "<=",
             ANALYSIS_S,
         ),
-        row("make test: wall seconds (2 workers)", _test_wall(report.get("tests", {})), "<=", TEST_BUDGET_S),
+        row(
+            f"transcript viewer on {VIEWER_EXPERIMENT}: CPU seconds",
+            rep.get("viewer", {}).get("cpu_s"),
+            "<=",
+            VIEWER_CPU_S,
+        ),
+        row("make test: wall seconds", _test_wall(report.get("tests", {})), "<=", TEST_BUDGET_S),
         row("make map: wall seconds", report.get("map", {}).get("wall_s"), "<=", MAP_BUDGET_S),
         row("make reproduce: run tree / before the logged samples", _tree_ratio(rep), "<=", 1.5),
         row(
@@ -584,6 +608,18 @@ def render_markdown(report: dict[str, Any]) -> str:
         )
         cpu = f"; {rep['cpu_s']:g} CPU seconds in all" if rep.get("cpu_s") is not None else ""
         out += ["", f"`make reproduce` wall time: {total} ({steps}{skipped}{cpu})."]
+        view = rep.get("viewer") or {}
+        if "cpu_s" in view:
+            out += [
+                "",
+                f"The transcript viewer's page of its {view['experiment']} runs (`python -m analysis.view`): "
+                f"{view['cpu_s']:g} CPU seconds, {view['wall_s']:g} s wall.",
+            ]
+        elif "failed" in view:
+            out += [
+                "",
+                f"The transcript viewer's page of its {view['experiment']} runs **failed**: {view['failed']}",
+            ]
         v = rep.get("verification", {})
         if v.get("fraction_of_reproduce") is not None:
             out += [
@@ -683,7 +719,7 @@ def _tests_markdown(report: dict[str, Any]) -> list[str]:
     state = "passed" if tests["exit_code"] == 0 else f"**failed** (exit {tests['exit_code']})"
     return [
         "",
-        f"`make test` (`pytest -m 'not llm' -n {tests['workers']}`): {tests['wall_s']:g} s wall, "
+        f"`make test` ({tests['workers']} workers): {tests['wall_s']:g} s wall, "
         f"{tests['cpu_s']:g} CPU seconds; {state}: {tests['summary']}.",
     ]
 
