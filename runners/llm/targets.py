@@ -6,9 +6,9 @@
 3. after the reversal TEPA-Rev is above Append-Only.
 
 Each difference is paired by seed (a stream's phase success minus the other method's on the same seed),
-with the harness's bootstrap interval over seeds (`analysis.stats.mean_ci`) and the exact sign-flip p. A
-difference whose two methods share no complete seed (a run of some methods only) is left out and named
-under the table.
+with the harness's bootstrap interval over seeds (`analysis.stats.mean_ci`) and the sign-flip p (exact up
+to `EXACT_MAX_PAIRS` seeds, estimated from random sign patterns above). A difference whose two methods
+share no complete seed (a run of some methods only) is left out and named under the table.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pandas as pd
 
 from analysis.data.load import find_runs
 from analysis.report.tables import markdown_table, publish_table
-from analysis.stats import mean_ci, sign_flip_pvalue
+from analysis.stats import EXACT_MAX_PAIRS, N_RESAMPLES, mean_ci, sign_flip_pvalue
 from analysis.streamlog import stream as logformat
 
 MIN_GAIN = 0.25
@@ -102,7 +102,8 @@ def to_markdown(table: pd.DataFrame) -> str:
     ]  # fmt: skip
     note = (
         "Target 1 is met when either row 1 is (LWW or TEPA-Rev). Differences paired by seed; bootstrap "
-        "95% intervals over seeds; two-sided exact sign-flip p."
+        f"95% intervals over seeds; two-sided sign-flip p, exact up to {EXACT_MAX_PAIRS} seeds (above, from "
+        f"{N_RESAMPLES:,} random sign patterns)."
     )
     if missing(table):
         note += f" Not run (no complete seed in common): {', '.join(missing(table))}."
