@@ -296,6 +296,22 @@ def test_sample_values_not_in_the_format_decode_as_not_logged_and_are_counted():
     assert decode("truth", None) == (None, False)
 
 
+def test_an_evidence_line_is_in_the_format_only_with_each_field_of_its_type():
+    assert decode("evidence", '[[[1, "FAILED", "a", null, null]], []]')[1] is False
+    for line in (
+        '[true, "VALID", "a", 1, 0]',  # a step that is a bool
+        '[1.0, "VALID", "a", 1, 0]',  # or a float
+        '[1, "VALID", 7, 1, 0]',  # a value that is not a string
+        '[1, "VALID", "a", false, 0]',  # a support that is a bool
+        '[1, "VALID", "a", 1, 0.5]',  # a conflict that is a float
+        '[1, "VALID", "a", 1]',  # four fields
+        '[1, ["VALID"], "a", 1, 0]',  # a verdict that is a list
+        '{"t": 1}',  # not a list
+    ):
+        assert decode("evidence", f"[[{line}]]") == (None, True), line
+    assert decode("evidence", '["not a hop"]') == (None, True)
+
+
 def _damage(run, column: str, value: str) -> None:
     frame = pd.read_parquet(run / "episodes.parquet")
     frame.loc[4, column] = value

@@ -19,26 +19,6 @@ SAMPLE_COLUMNS = SAMPLE  # the columns and their order: analysis.record
 VERDICTS = ("VALID", "FAILED")
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_count(value: object) -> bool:
-    return value is None or _is_int(value)
-
-
-def _is_line(line: object) -> bool:
-    return (
-        isinstance(line, list)
-        and len(line) == 5
-        and _is_int(line[0])
-        and line[1] in VERDICTS
-        and isinstance(line[2], str)
-        and _is_count(line[3])
-        and _is_count(line[4])
-    )
-
-
 def _is_message(message: object) -> bool:
     return (
         isinstance(message, dict)
@@ -47,9 +27,27 @@ def _is_message(message: object) -> bool:
     )
 
 
+def _is_hop(hop: object) -> bool:
+    """A list of lines `[t, verdict, value, support, conflict]` (an int, VALID or FAILED, a string, and
+    two ints or nulls), checked in one loop: an Append-Only prompt's evidence holds thousands of lines
+    per episode, and a call per value cost the viewer most of its time. Decoded JSON holds exact ints,
+    so `type(x) is int` also refuses a bool."""
+    if not isinstance(hop, list):
+        return False
+    for line in hop:
+        if type(line) is not list or len(line) != 5:
+            return False
+        t, verdict, value, s, f = line
+        if type(t) is not int or verdict not in VERDICTS or type(value) is not str:
+            return False
+        if (s is not None and type(s) is not int) or (f is not None and type(f) is not int):
+            return False
+    return True
+
+
 _VALID = {
     "options": lambda v: all(isinstance(o, str) for o in v),
-    "evidence": lambda v: all(isinstance(hop, list) and all(map(_is_line, hop)) for hop in v),
+    "evidence": lambda v: all(map(_is_hop, v)),
     "truth": lambda v: all(x is None or isinstance(x, str) for x in v),
     "prompt": lambda v: all(isinstance(hop, list) and all(map(_is_message, hop)) for hop in v),
 }
