@@ -11,27 +11,28 @@ from envs.executable_drift.worker import ToolWorker
 from tests.helpers.runner import run_overrides
 
 
-def _kill_after_sending(monkeypatch, kill: Callable[[object, int, int], bool]) -> list[int]:
-    """Kill the worker (SIGKILL) right after it was sent a message for which `kill(message, calls,
-    kills)` holds (the tool calls and kills so far); returns the killed pids."""
+def _kill_when_sending(monkeypatch, kill: Callable[[object, int, int], bool]) -> list[int]:
+    """Kill the worker (SIGKILL, and wait until it is gone) just as it is to be sent a message for which
+    `kill(message, calls, kills)` holds (the tool calls and kills so far); returns the killed pids.
+    Killed before the message is written, the worker never runs it whatever the machine's load: killed
+    after, a busy machine could let it run the call and reply first, and the schedule of kills shifted."""
     send, calls, killed = ToolWorker._send, [0], []
 
-    def send_then_kill(self: ToolWorker, message: object) -> None:
-        send(self, message)
+    def kill_then_send(self: ToolWorker, message: object) -> None:
         calls[0] += isinstance(message, tuple)  # a tool call (bytes: the start-up message)
         if kill(message, calls[0], len(killed)):
             killed.append(self.pid)
             os.kill(self.pid, signal.SIGKILL)
+            self._proc.wait()
+        send(self, message)
 
-    monkeypatch.setattr(ToolWorker, "_send", send_then_kill)
+    monkeypatch.setattr(ToolWorker, "_send", kill_then_send)
     return killed
 
 
 def _stream(results: Path) -> pd.DataFrame:
     run_overrides(
-        # a generous time limit: on a loaded machine a call's own limit (2 s) could stop one call in one
-        # stream and not the other; what is tested here is the restart after a kill
-        "env=executable_drift", "env.phase_length=30", "env.time_limit=60", "memory=tepa_full", "seeds=[0]",
+        "env=executable_drift", "env.phase_length=30", "memory=tepa_full", "seeds=[0]",
         f"results_dir={results}", "progress=false",
     )  # fmt: skip
     (parquet,) = results.glob("runs/**/episodes.parquet")
@@ -40,8 +41,8 @@ def _stream(results: Path) -> pd.DataFrame:
 
 def test_a_stream_whose_worker_is_killed_mid_call_equals_an_undisturbed_one(tmp_path, monkeypatch):
     undisturbed = _stream(tmp_path / "undisturbed")
-    kill_at = {3, 40, 41, 90}  # tool calls (trials included) whose worker dies as soon as it has them
-    killed = _kill_after_sending(
+    kill_at = {3, 40, 41, 90}  # tool calls (trials included) whose worker dies as it is sent them
+    killed = _kill_when_sending(
         monkeypatch, lambda message, n, _: isinstance(message, tuple) and n in kill_at
     )
     disturbed = _stream(tmp_path / "disturbed")
@@ -51,7 +52,7 @@ def test_a_stream_whose_worker_is_killed_mid_call_equals_an_undisturbed_one(tmp_
 
 
 def test_a_worker_killed_while_it_starts_is_started_again(tmp_path, monkeypatch):
-    killed = _kill_after_sending(
+    killed = _kill_when_sending(
         monkeypatch, lambda message, _, kills: isinstance(message, bytes) and not kills
     )
     with ToolWorker() as worker:
