@@ -9,6 +9,7 @@ only the last invocation's tokens and cost."""
 from __future__ import annotations
 
 import json
+import random
 import sqlite3
 import time
 
@@ -17,7 +18,7 @@ import pytest
 
 from runners.llm.backend import BackendExhausted, Request
 from runners.llm.capped_transport import MAX_BODY_BYTES
-from runners.llm.openai_backend import OpenAIBackend, planned_cost
+from runners.llm.openai_backend import OpenAIBackend, backoff_delay, planned_cost
 from runners.llm.response_cache import ResponseCache
 from runners.run import RunStopped
 from tests.helpers.hostile import run
@@ -161,10 +162,15 @@ def test_malformed_top_logprobs_entries_are_skipped_not_fatal(stub_server, entri
 
 
 def test_max_retries_beyond_the_float_range_of_backoff_retries_without_overflow(stub_server):
-    stub_server.script.extend(StubReply(status=503) for _ in range(1100))
+    # The retry loop uses an attempt's number only in backoff_delay: the waits past 2.0**1024 are checked
+    # there, the loop with a few real retries (1,100 of them took a minute of the suite).
+    rng = random.Random(0)
+    for attempt in (1023, 1024, 1100, 10**6):
+        assert 2.0 <= backoff_delay(attempt, 0.5, 4.0, rng) <= 4.0
+    stub_server.script.extend(StubReply(status=503) for _ in range(30))
     backend = OpenAIBackend(stub_server.base_url, "m", max_retries=1200, backoff_base=0, backoff_max=0)
     (reply,) = ask(backend, Request(MESSAGES))
-    assert reply.error is None and backend.stats()["retries"] == 1100
+    assert reply.error is None and backend.stats()["retries"] == 30
 
 
 def test_a_cache_file_that_is_no_database_stops_the_run_with_one_line(tmp_path):
