@@ -28,5 +28,6 @@ def test_the_central_difference_is_paired_by_seed_and_its_note_says_how_p_was_fo
     assert row["difference"] == "append_only - no_memory" and row["seeds"] == seeds
     assert row["mean"] == pytest.approx(0.05) and row["low"] > 0 and 0 < row["p_sign_flip"] < 0.01
     text = targets.to_markdown(table)
+    assert "| <0.001 | " in text  # a p below 0.001 is never printed as 0.000
     assert f"exact up to {EXACT_MAX_PAIRS} seeds (above, from 9,999 random sign patterns)" in text
     assert "lww - no_memory, tepa_rev - no_memory, tepa_rev - append_only" in text  # not run

@@ -93,11 +93,16 @@ def missing(table: pd.DataFrame) -> list[str]:
     return [f"{m} - {o}" for m, o, *_ in TARGETS if f"{m} - {o}" not in set(table["difference"])]
 
 
+def _p(value: float) -> str:
+    """A p-value to three decimals; below 0.001 as "<0.001", never as a p of 0."""
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
 def to_markdown(table: pd.DataFrame) -> str:
     columns = ["Target", "Phase", "Difference", "Mean [95% CI]", "Sign-flip p", "Seeds", "Met"]
     rows = [
         [r["target"], r["phase"], r["difference"], f"{r['mean']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}]",
-         f"{r['p_sign_flip']:.3f}", str(r["seeds"]), "yes" if r["met"] else "no"]
+         _p(r["p_sign_flip"]), str(r["seeds"]), "yes" if r["met"] else "no"]
         for _, r in table.iterrows()
     ]  # fmt: skip
     note = (
