@@ -362,8 +362,9 @@ def time_reproduce(keep: Path | None = None) -> dict[str, Any]:
 
 def time_viewer(runs: Path) -> dict[str, Any]:
     """CPU and wall seconds of the transcript viewer's page of the experiment's runs under `runs`, as the
-    README runs it (`python -m analysis.view RUNS --out view.html`); None when it failed or the runs are
-    missing (MemoryAgentBench skipped does not touch paper_controlled, so that is a real failure)."""
+    README runs it (`python -m analysis.view RUNS --out view.html`); when it failed or the runs are missing,
+    its last output under `failed` (MemoryAgentBench skipped does not touch paper_controlled, so that is a
+    real failure)."""
     with tempfile.TemporaryDirectory(prefix="tepa-bench-view-") as tmp:
         command = [sys.executable, "-m", "analysis.view", str(runs), "--out", f"{tmp}/view.html"]
         start, cpu = time.perf_counter(), children_cpu()
