@@ -125,22 +125,25 @@ test-llm: $(LLM_STAMP) ## integration tests against the real local models
 # pair, No Memory and Append-Only, on 28 seeds (conf/experiment/llm_drift_reversal.yaml) into
 # results/llm/reversal/<model>/: its seeds 0-11 are the first run's streams, answered from that run's reply
 # cache, so each further seed costs one Append-Only stream. Size and time in results/llm/README.md. One job
-# at a time, so that one decision's requests reach the server together. Each folder holds its run alone:
-# --replace, so that a changed design replaces the committed one.
+# at a time, two seeds' streams at once (the experiment's streams_at_once) against a server that evaluates
+# two requests at once, a one-thread llama.cpp instance each (--parallel): both cores stay busy, and no
+# reply changes. Each folder holds its run alone: --replace, so that a changed design replaces the
+# committed one.
 LLM_NICE := nice -n 5
+LLM_PARALLEL := 2
 LLM_ORDER := no_memory,append_only,lww,tepa_rev,tepa_norev
 LLM_FOLDERS := gemma3 reversal/gemma3 smollm2 reversal/smollm2
 LLM_URL = llm.base_url=http://127.0.0.1:$(LLM_PORT)/v1
 reproduce-llm: $(LLM_STAMP) ## the real-model drift experiment (Gemma 3 270M, SmolLM2-135M) into results/llm/
-	$(LLM_NICE) $(BIN)/python -m runners.llm.local.serve --model gemma3 --port $(LLM_PORT) -- \
+	$(LLM_NICE) $(BIN)/python -m runners.llm.local.serve --model gemma3 --parallel $(LLM_PARALLEL) --port $(LLM_PORT) -- \
 		$(RUN) experiment=llm_drift llm=local_gemma results_dir=results/llm/gemma3 hydra.launcher.n_jobs=1 $(LLM_URL)
-	$(LLM_NICE) $(BIN)/python -m runners.llm.local.serve --model gemma3 --port $(LLM_PORT) -- \
+	$(LLM_NICE) $(BIN)/python -m runners.llm.local.serve --model gemma3 --parallel $(LLM_PARALLEL) --port $(LLM_PORT) -- \
 		$(RUN) experiment=llm_drift_reversal llm=local_gemma results_dir=results/llm/reversal/gemma3 \
 		hydra.launcher.n_jobs=1 $(LLM_URL) llm.cache_path=results/llm/gemma3/llm_cache.sqlite
-	$(LLM_NICE) $(BIN)/python -m runners.llm.local.serve --model smollm2 --completions-only --port $(LLM_PORT) -- \
-		$(RUN) experiment=llm_drift llm=local results_dir=results/llm/smollm2 hydra.launcher.n_jobs=1 $(LLM_URL)
-	$(LLM_NICE) $(BIN)/python -m runners.llm.local.serve --model smollm2 --completions-only --port $(LLM_PORT) -- \
-		$(RUN) experiment=llm_drift_reversal llm=local results_dir=results/llm/reversal/smollm2 \
+	$(LLM_NICE) $(BIN)/python -m runners.llm.local.serve --model smollm2 --completions-only --parallel $(LLM_PARALLEL) \
+		--port $(LLM_PORT) -- $(RUN) experiment=llm_drift llm=local results_dir=results/llm/smollm2 hydra.launcher.n_jobs=1 $(LLM_URL)
+	$(LLM_NICE) $(BIN)/python -m runners.llm.local.serve --model smollm2 --completions-only --parallel $(LLM_PARALLEL) \
+		--port $(LLM_PORT) -- $(RUN) experiment=llm_drift_reversal llm=local results_dir=results/llm/reversal/smollm2 \
 		hydra.launcher.n_jobs=1 $(LLM_URL) llm.cache_path=results/llm/smollm2/llm_cache.sqlite
 	for folder in $(LLM_FOLDERS); do \
 		$(BIN)/python -m analysis --runs results/llm/$$folder/runs --out results/llm/$$folder --replace \

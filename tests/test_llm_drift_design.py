@@ -26,7 +26,7 @@ def test_the_reversal_design_sweeps_only_the_central_pair_on_every_five_method_s
 def test_the_pairs_streams_are_llm_drifts_own_on_the_seeds_they_share(compose, memory):
     five = compose("experiment=llm_drift", f"memory={memory}")
     pair = compose("experiment=llm_drift_reversal", f"memory={memory}")
-    assert pair.name == five.name and pair.streams_at_once == five.streams_at_once == 1
+    assert pair.name == five.name and pair.streams_at_once == five.streams_at_once == 2
     for seed in five.seeds:
         assert stream_identity(pair, seed, None, None) == stream_identity(five, seed, None, None)
 

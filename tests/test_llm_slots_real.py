@@ -7,6 +7,9 @@ installed."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+
 import pytest
 
 from runners.agent.prompt import SYSTEM_PROMPT as SYSTEM
@@ -36,23 +39,34 @@ def stream(steps: int = 12, jobs: int = 3) -> list[str]:
     return prompts
 
 
-def scored(slots: int, prompts: list[str], fresh: bool = False) -> tuple[list[float], int]:
-    """Every prompt's last-line log-likelihood, and the prompt tokens the server evaluated (`fresh`:
-    each prompt with the cache emptied first)."""
+def model(slots: int, threads: int = 2) -> LoglikModel:
     try:
         gguf = require_local_llm("gemma3")
     except LocalLLMUnavailable as exc:
         pytest.skip(f"local-llm extra not installed ({exc})")
-    model = LoglikModel(gguf, GEMMA_ALIAS, 2048, 2, swa_full=True, slots=slots)
+    return LoglikModel(gguf, GEMMA_ALIAS, 2048, threads, swa_full=True, slots=slots)
+
+
+def score(model: LoglikModel, prompt: str) -> tuple[float, int]:
+    """A prompt's last-line log-likelihood, and the prompt tokens the server evaluated for it."""
+    answer = model.complete({"prompt": prompt, "echo": True, "logprobs": 0, "max_tokens": 0})
+    usage = answer["usage"]
+    value = sum(v for v in answer["choices"][0]["logprobs"]["token_logprobs"] if v is not None)
+    return value, usage["prompt_tokens"] - usage["prompt_tokens_details"]["cached_tokens"]
+
+
+def scored(slots: int, prompts: list[str], fresh: bool = False) -> tuple[list[float], int]:
+    """Every prompt's last-line log-likelihood, and the prompt tokens the server evaluated (`fresh`:
+    each prompt with the cache emptied first)."""
+    served = model(slots)
     values, evaluated = [], 0
     for prompt in prompts:
         if fresh:
-            for slot in model.slots:
+            for slot in served.slots:
                 slot.tokens, slot.canonical = [], 0
-        answer = model.complete({"prompt": prompt, "echo": True, "logprobs": 0, "max_tokens": 0})
-        values.append(sum(v for v in answer["choices"][0]["logprobs"]["token_logprobs"] if v is not None))
-        usage = answer["usage"]
-        evaluated += usage["prompt_tokens"] - usage["prompt_tokens_details"]["cached_tokens"]
+        value, new = score(served, prompt)
+        values.append(value)
+        evaluated += new
     return values, evaluated
 
 
@@ -64,3 +78,13 @@ def test_a_slot_per_prefix_evaluates_an_interleaved_stream_far_less_and_scores_i
     print(f"\nevaluated: {evaluated_alone} uncached, {evaluated_one} in one slot, {evaluated_many} in four")
     assert evaluated_many < 2 / 3 * evaluated_one < 0.5 * evaluated_alone
     assert one == many == alone
+
+
+def test_two_prompts_at_once_on_one_thread_instances_score_as_one_at_a_time_on_two_threads():
+    """What `--parallel 2` serves (`make reproduce-llm`): two requests at once, each in a slot of its own
+    with one thread, give the same floats as the default server's two-thread instance one at a time."""
+    prompts = stream()
+    alone, _ = scored(1, prompts, fresh=True)
+    with ThreadPoolExecutor(2) as pool:
+        together = [value for value, _ in pool.map(partial(score, model(4, threads=1)), prompts)]
+    assert together == alone

@@ -13,11 +13,12 @@ options of one decision share everything before it, so reading the prompt is pai
 the evaluated tokens stay in the cache and the next prompt evaluates only what differs. An echoed
 completion's `usage.prompt_tokens_details.cached_tokens` says how many prompt tokens came from the cache.
 
-Several cache slots (`--slots`, default 6: a llama.cpp instance each, about 0.4 GB for Gemma) keep
-prompts that alternate between prefixes cached side by side: a drift stream's jobs each have their own
-memory, and calibrated scoring alternates every decision's prompt with and without it. A prompt is
-evaluated in aligned blocks up to its last line, so its scores are the same floats whatever was cached
-before (see `LoglikModel._evaluate`): the slots and a run's history change the time, never an answer.
+Several cache slots (`--slots`, default 6 per request served at once: a llama.cpp instance each, about
+0.4 GB for Gemma) keep prompts that alternate between prefixes cached side by side: a drift stream's
+jobs each have their own memory, and calibrated scoring alternates every decision's prompt with and
+without it. A prompt is evaluated in aligned blocks up to its last line, so its scores are the same
+floats whatever was cached before (see `LoglikModel._evaluate`): the slots and a run's history change
+the time, never an answer.
 
 Without `echo`, `logprobs` and `max_tokens` 1 ask for the next token's `logprobs` likeliest
 alternatives (at most MAX_TOP_LOGPROBS) and one greedy token: one request scores every one-token option
@@ -29,7 +30,13 @@ Endpoints: `GET /v1/models`, `POST /v1/completions` (a string `prompt`; with `ec
 `tokens`, `text_offset`, `token_logprobs`, `top_logprobs` and, when `max_tokens` is 1, one greedy token;
 with `logprobs` and `max_tokens` 1 alone: the next token's alternatives, as above; otherwise
 `llama_cpp.Llama.create_completion` answers). There is no chat endpoint: a base model has no
-chat template. One request is served at a time.
+chat template.
+
+`--parallel N` serves N requests at once, each in a slot of its own (a llama.cpp instance with
+`--n-threads` threads): a one-thread instance per request keeps both cores of a 2-core machine busy, where
+one two-thread instance leaves one of them mostly idle on a small model's short batches. A score does not
+depend on the slot, the thread count or what runs beside it (each instance computes alone, in the aligned
+blocks above), so serving in parallel changes the time, never an answer.
 """
 
 from __future__ import annotations
@@ -37,7 +44,8 @@ from __future__ import annotations
 import argparse
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -45,6 +53,8 @@ from typing import Any
 import numpy as np
 
 MAX_TOP_LOGPROBS = 1000  # the likeliest alternatives a request may ask for
+#: cache slots per request served at once: a drift stream's 4 jobs' prompts, with and without memory
+SLOTS_PER_REQUEST = 6
 #: tokens per evaluation block of a prompt's reusable part (see LoglikModel._evaluate)
 BLOCK = 16
 
@@ -61,6 +71,7 @@ class _Slot:
         self.tokens: list[int] = []
         self.canonical = 0  # how many of them were evaluated in whole aligned blocks (reusable)
         self.used = 0  # when it last served a request (a request counter)
+        self.busy = False  # serving a request now
 
 
 def pick_slot(cached: Sequence[Sequence[int]], used: Sequence[int], tokens: Sequence[int]) -> int:
@@ -112,8 +123,9 @@ class LoglikModel:
             )
             for _ in range(slots)
         ]
-        self.llm = self.slots[0].llm  # tokenizer, and the context create_completion uses
+        self.llm = self.slots[0].llm  # the tokenizer (the model's vocabulary, read only)
         self._requests = 0
+        self._picking = threading.Lock()  # slot choice and its busy flags
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         prompt = body.get("prompt")
@@ -133,9 +145,10 @@ class LoglikModel:
             if isinstance(logprobs, bool) or not isinstance(logprobs, int) or logprobs < 1:
                 raise BadRequest("logprobs: must be an integer >= 1 without echo")
             return self._next(prompt, min(logprobs, MAX_TOP_LOGPROBS))
-        self.slots[0].tokens, self.slots[0].canonical = [], 0  # create_completion manages its own cache
         keys = ("max_tokens", "temperature", "top_p", "seed", "stop")
-        return self.llm.create_completion(prompt, **{k: body[k] for k in keys if k in body})
+        with self._slot([]) as slot:
+            slot.tokens, slot.canonical = [], 0  # create_completion manages its own cache
+            return slot.llm.create_completion(prompt, **{k: body[k] for k in keys if k in body})
 
     def _tokens(self, prompt: str, max_tokens: int) -> tuple[list[int], int, list[bytes], list[int], int]:
         """(tokens, 1 if the first is BOS else 0, each token's bytes, the character offset where each
@@ -164,11 +177,26 @@ class LoglikModel:
     def _logits(self, tokens: list[int], start: int) -> tuple[Any, int, np.ndarray]:
         """(the llama.cpp instance, tokens reused from its cache, the logits of tokens[start:]) from the
         slot `pick_slot` chooses for `tokens`."""
-        self._requests += 1
-        slot = self.slots[pick_slot([s.tokens for s in self.slots], [s.used for s in self.slots], tokens)]
-        slot.used = self._requests
-        keep, rows = self._evaluate(slot, tokens, start)
-        return slot.llm, keep, rows
+        with self._slot(tokens) as slot:
+            keep, rows = self._evaluate(slot, tokens, start)
+            return slot.llm, keep, rows
+
+    @contextmanager
+    def _slot(self, tokens: Sequence[int]) -> Iterator[_Slot]:
+        """The free slot `pick_slot` chooses for `tokens`, held for one request. A free one exists
+        while no more requests run at once than there are slots (`serve` admits that many)."""
+        with self._picking:
+            free = [s for s in self.slots if not s.busy]
+            if not free:
+                raise RuntimeError("more requests at once than slots")
+            slot = free[pick_slot([s.tokens for s in free], [s.used for s in free], tokens)]
+            self._requests += 1
+            slot.used, slot.busy = self._requests, True
+        try:
+            yield slot
+        finally:
+            with self._picking:
+                slot.busy = False
 
     def _next(self, prompt: str, top: int) -> dict[str, Any]:
         """The next token's `top` likeliest alternatives and the greedy one. The prompt is evaluated from
@@ -306,9 +334,12 @@ def _logsumexp(rows: np.ndarray) -> np.ndarray:
     return (peak + np.log(np.exp(rows - peak).sum(axis=1, keepdims=True)))[:, 0].astype(np.float64)
 
 
-def serve(model: LoglikModel, port: int) -> ThreadingHTTPServer:
-    """An HTTP server for `model` on 127.0.0.1:port (call `serve_forever`); requests run one at a time."""
-    lock = threading.Lock()
+def serve(model: LoglikModel, port: int, parallel: int = 1) -> ThreadingHTTPServer:
+    """An HTTP server for `model` on 127.0.0.1:port (call `serve_forever`); at most `parallel` requests
+    are evaluated at once (each in its own slot), the others wait their turn."""
+    if not 1 <= parallel <= len(model.slots):
+        raise ValueError(f"parallel: must be between 1 and the slots ({len(model.slots)}), got {parallel}")
+    lock = threading.BoundedSemaphore(parallel)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -360,15 +391,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--alias", required=True, help="the model name clients send")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--n-ctx", type=int, default=4096)
-    parser.add_argument("--n-threads", type=int, default=1)
+    parser.add_argument("--n-threads", type=int, default=1, help="threads of each slot's instance")
     parser.add_argument(
-        "--slots", type=int, default=6,
-        help="contexts, each with its own prompt cache (calibrated scoring alternates two prompts)",
+        "--slots", type=int, default=None,
+        help="contexts, each with its own prompt cache (calibrated scoring alternates two prompts; "
+        "default: 6 per request served at once)",
     )  # fmt: skip
+    parser.add_argument("--parallel", type=int, default=1, help="requests evaluated at once (default 1)")
     args = parser.parse_args(argv)
+    if args.parallel < 1:
+        parser.error(f"--parallel: must be >= 1, got {args.parallel}")
+    slots = args.slots if args.slots is not None else SLOTS_PER_REQUEST * args.parallel
     # swa_full: a sliding-window cache kept whole, so that a cached prefix can be reused (Gemma 3).
-    model = LoglikModel(args.model, args.alias, args.n_ctx, args.n_threads, swa_full=True, slots=args.slots)
-    server = serve(model, args.port)
+    model = LoglikModel(args.model, args.alias, args.n_ctx, args.n_threads, swa_full=True, slots=slots)
+    try:
+        server = serve(model, args.port, args.parallel)
+    except ValueError as exc:
+        parser.error(str(exc))
     try:
         server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:

@@ -123,10 +123,12 @@ def server_command(
     n_threads: int | None = None,
     name: str = "smollm2",
     completions_only: bool = False,
+    parallel: int = 1,
 ) -> list[str]:
     """The server command line: llama-cpp-python's server with chatml (SmolLM2's chat template), or
     runners.llm.local.llama_server for a completions-only base model, or for any model with
-    `completions_only` (option log-likelihood scoring with the server's count of cached prompt tokens)."""
+    `completions_only` (option log-likelihood scoring with the server's count of cached prompt tokens).
+    `parallel` requests are evaluated at once (llama_server only), the threads shared among them."""
     threads = n_threads or os.cpu_count() or 1
     served = MODELS[name]
     if served.completions_only or completions_only:
@@ -136,8 +138,13 @@ def server_command(
             "--alias", served.alias,
             "--port", str(port),
             "--n-ctx", str(n_ctx),
-            "--n-threads", str(threads),
+            "--n-threads", str(max(1, threads // parallel)),
+            "--parallel", str(parallel),
         ]  # fmt: skip
+    if parallel != 1:
+        raise ValueError(
+            f"parallel: {name}'s chat server evaluates one request at a time (use --completions-only)"
+        )
     return [
         sys.executable, "-m", "llama_cpp.server",
         "--model", str(model),
@@ -169,6 +176,7 @@ def local_llm_server(
     show_log: bool = False,
     model: str = "smollm2",
     completions_only: bool = False,
+    parallel: int = 1,
 ) -> Iterator[str]:
     """Start the server for `model` (a key of MODELS) on a loopback port (a free one by default), wait
     until /v1/models answers, yield the base_url (`http://127.0.0.1:PORT/v1`, model name
@@ -176,6 +184,8 @@ def local_llm_server(
 
     The server's output is kept (and shown if it fails to start) unless `show_log` sends it to the
     terminal."""
+    if parallel < 1:
+        raise ValueError(f"parallel: must be >= 1, got {parallel}")
     if n_ctx < 512:
         raise ValueError(f"n_ctx: {n_ctx} is too small for prompts that carry memory (use >= 512)")
     port = port or free_port()
@@ -184,7 +194,9 @@ def local_llm_server(
         raise RuntimeError(
             f"port {port} is in use (a server already running there?): stop it or pick another"
         )
-    command = server_command(require_local_llm(model), port, n_ctx, n_threads, model, completions_only)
+    command = server_command(
+        require_local_llm(model), port, n_ctx, n_threads, model, completions_only, parallel
+    )
     base_url = f"http://127.0.0.1:{port}/v1"
     # OpenMP threads that spin while waiting make llama.cpp several times slower on a busy machine.
     env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
@@ -244,14 +256,19 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m runners.llm.local.serve",
         usage="%(prog)s [-h] [--model {smollm2,gemma3}] [--completions-only] [--port PORT] [--n-ctx N] "
-        "[--n-threads N] [-- COMMAND ...]",
+        "[--n-threads N] [--parallel N] [-- COMMAND ...]",
         description="Serve a local model (SmolLM2-135M-Instruct or Gemma 3 270M) on an OpenAI-compatible "
         "endpoint: in the foreground, or while COMMAND runs (then exit with COMMAND's code).",
     )
     parser.add_argument("--model", choices=sorted(MODELS), default="smollm2")
     parser.add_argument("--port", type=_port, default=8080, help="0: a free one (default: 8080)")
     parser.add_argument("--n-ctx", type=int, default=4096)
-    parser.add_argument("--n-threads", type=int, default=None)
+    parser.add_argument("--n-threads", type=int, default=None, help="in all (default: the cores)")
+    parser.add_argument(
+        "--parallel", type=int, default=1,
+        help="requests evaluated at once, the threads shared among them (--completions-only servers; "
+        "default 1)",
+    )  # fmt: skip
     parser.add_argument(
         "--completions-only",
         action="store_true",
@@ -271,6 +288,7 @@ def main(argv: list[str] | None = None) -> None:
                 show_log=command is None,
                 model=args.model,
                 completions_only=args.completions_only,
+                parallel=args.parallel,
             ) as base_url,
         ):
             alias = MODELS[args.model].alias
