@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -21,7 +21,14 @@ import pandas as pd
 
 from analysis.report.timeline import STATE_COLORS
 from analysis.view import sample
-from analysis.view.samples import SAMPLE_COLUMNS, decode, stale_lines
+from analysis.view.samples import (
+    SAMPLE_COLUMNS,
+    CompactEvidence,
+    compact_evidence,
+    decode,
+    flag_counts,
+    stale_lines,
+)
 from analysis.view.streams import SHOWN_COLUMNS, Skipped, Stream, find_streams, order, read_stream
 
 #: The fields of an episode row as the page reads them, in order.
@@ -55,13 +62,13 @@ def _events(stream: Stream) -> list[dict[str, Any]]:
     return [{k: _plain(v) for k, v in e.items()} for e in stream.events.to_dict("records")]
 
 
-def _events_by_t(events: list[dict[str, Any]]) -> dict[int, list[list[Any]]]:
-    """Each step's lifecycle events: [event, reason, id, value, s, f, state]."""
+def _events_by_t(events: list[dict[str, Any]]) -> dict[int, str]:
+    """Each step's lifecycle events, encoded: [[event, reason, id, value, s, f, state], ...]."""
     by_t: dict[int, list[list[Any]]] = {}
     for e in events:
         if e["t"] is not None:
             by_t.setdefault(e["t"], []).append([e[f] for f in _EVENT_FIELDS])
-    return by_t
+    return {t: encode(step) for t, step in by_t.items()}
 
 
 def _timelines(events: list[dict[str, Any]]) -> dict[str, str]:
@@ -89,45 +96,49 @@ def _hops(text: object) -> list[str] | None:
     return hops if isinstance(hops, list) and all(isinstance(h, str) for h in hops) else None
 
 
-def _episode_rows(
-    stream: Stream, events: dict[int, list[list[Any]]], malformed: dict[str, int], positions: Iterable[int]
-) -> Iterator[str]:
-    """The episodes of `stream` at `positions` as encoded COLUMNS rows, with `events` (by step) at their
-    step; counts malformed sample values by column.
+class _Rows:
+    """A stream's episodes as encoded COLUMNS rows, with its lifecycle events (encoded, by step) at their
+    step; counts malformed sample values by column into `malformed`.
 
     Episodes log the same sample texts again and again (a job's options, the truth of a key), so each
-    distinct text of a column is decoded, checked and encoded once per call: the JSON of a list is its
-    items' JSON joined by commas, so a row is put together from encoded parts."""
-    phases = {name: i for i, (name, _) in enumerate(stream.phases)}
-    columns = stream.episodes
-    missing = [None] * len(columns["t"])
-    get = {name: columns.get(name, missing) for name in (*SHOWN_COLUMNS, *SAMPLE_COLUMNS)}
-    seen: dict[str, dict[Any, tuple[Any, bool, str]]] = {column: {} for column in SAMPLE_COLUMNS}
-    flagged: dict[tuple[Any, Any], tuple[str, str]] = {}
-    for i in positions:
-        parts = {}
-        for column in SAMPLE_COLUMNS:
-            text = get[column][i]
-            part = seen[column].get(text)
-            if part is None:
-                value, bad = decode(column, text)
-                part = seen[column][text] = (value, bad, encode(value))
-            parts[column] = part
-            if part[1]:
-                malformed[column] = malformed.get(column, 0) + 1
-            elif column not in malformed:
-                malformed[column] = 0
-        evidence, truth = parts["evidence"], parts["truth"]
-        stale, lines = "null", evidence[2]
-        if evidence[0] is not None and truth[0] is not None:
-            key = (get["evidence"][i], get["truth"][i])
-            if key not in flagged:
-                flagged[key] = _flag_stale(evidence[0], truth[0])
-            stale, lines = flagged[key]
-        t = get["t"][i]
+    distinct text of a column is decoded, checked and encoded once: the JSON of a list is its items'
+    JSON joined by commas, so a row is put together from encoded parts."""
+
+    def __init__(self, stream: Stream, events: dict[int, str], malformed: dict[str, int]) -> None:
+        self.phases = {name: i for i, (name, _) in enumerate(stream.phases)}
+        missing = [None] * len(stream.episodes["t"])
+        self.get = {name: stream.episodes.get(name, missing) for name in (*SHOWN_COLUMNS, *SAMPLE_COLUMNS)}
+        self.events = events
+        self.malformed = malformed
+        self.seen: dict[str, dict[Any, tuple[Any, bool, str]]] = {column: {} for column in SAMPLE_COLUMNS}
+        self.flagged: dict[tuple[Any, Any], tuple[str, str]] = {}
+        self.compact: dict[Any, CompactEvidence | None] = {}
+
+    def _part(self, column: str, i: int) -> tuple[Any, bool, str]:
+        """Row `i`'s value of a sample column (decoded, malformed, encoded), counted."""
+        part = self._decoded(column, self.get[column][i])
+        self._count(column, part[1])
+        return part
+
+    def _count(self, column: str, bad: bool) -> None:
+        if bad:
+            self.malformed[column] = self.malformed.get(column, 0) + 1
+        elif column not in self.malformed:
+            self.malformed[column] = 0
+
+    def _decoded(self, column: str, text: Any) -> tuple[Any, bool, str]:
+        part = self.seen[column].get(text)
+        if part is None:
+            value, bad = decode(column, text)
+            part = self.seen[column][text] = (value, bad, encode(value))
+        return part
+
+    def _head(self, i: int) -> str:
+        """Row `i` encoded up to `stale`: its opening bracket and the fields before, with no comma."""
+        get = self.get
         head = [
-            t,
-            phases.get(get["phase"][i]),
+            get["t"][i],
+            self.phases.get(get["phase"][i]),
             get["key"][i] or "",
             get["success"][i],
             *(get[name][i] for name in ("action", "correct", "parse_ok", "reply")),
@@ -135,9 +146,53 @@ def _episode_rows(
             get["error"][i],
             get["n_evidence"][i],
         ]
-        yield (
-            f"{encode(head)[:-1]},{stale},{encode(events.get(t, []))},{parts['prompt'][2]},{lines},"
+        return encode(head)[:-1]
+
+    def row(self, i: int) -> str:
+        """Row `i`, encoded."""
+        parts = {column: self._part(column, i) for column in SAMPLE_COLUMNS}
+        evidence, truth = parts["evidence"], parts["truth"]
+        stale, lines = "null", evidence[2]
+        if evidence[0] is not None and truth[0] is not None:
+            key = (self.get["evidence"][i], self.get["truth"][i])
+            if key not in self.flagged:
+                self.flagged[key] = _flag_stale(evidence[0], truth[0])
+            stale, lines = self.flagged[key]
+        return (
+            f"{self._head(i)},{stale},{self.events.get(self.get['t'][i], '[]')},{parts['prompt'][2]},{lines},"
             f"{parts['options'][2]},{truth[2]}]"
+        )
+
+    def cost(self, i: int) -> int:
+        """The bytes of row `i` and its comma. A compact evidence text (`compact_evidence`) is measured
+        on the text rather than decoded: most rows are never written, and decoding was most of the
+        viewer's time."""
+        text = self.get["evidence"][i]
+        compact = self.compact.get(text, False)
+        if compact is False:
+            compact = self.compact[text] = compact_evidence(text)
+        if compact is None:
+            return len(self.row(i)) + 1
+        parts = {}
+        for column in SAMPLE_COLUMNS:  # counted in the order `row` counts them
+            if column == "evidence":
+                self._count(column, False)
+            else:
+                parts[column] = self._part(column, i)
+        truth = parts["truth"][0]
+        stale, lines = None, compact.size
+        if truth is not None:
+            stale = 0
+            for h, hop in enumerate(compact.hops):
+                now = truth[h] if h < len(truth) else None
+                n, hop_stale = flag_counts(hop, now)
+                stale += hop_stale
+                # each line grows by its flag: ",null", ",true" or ",false"
+                lines += 5 * n if now is None else 6 * n - hop_stale
+        # six commas, the closing "]" and the comma after the row
+        fixed = len(self._head(i)) + len(self.events.get(self.get["t"][i], "[]")) + 8
+        return (
+            fixed + len(encode(stale)) + lines + sum(len(parts[c][2]) for c in ("prompt", "options", "truth"))
         )
 
 
@@ -206,7 +261,8 @@ def _prepare(stream: Stream) -> _Prepared:
     events = _events(stream)
     columns = stream.episodes
     n = len(columns["t"])
-    costs = [len(row) + 1 for row in _episode_rows(stream, _events_by_t(events), malformed, range(n))]
+    rows = _Rows(stream, _events_by_t(events), malformed)
+    costs = [rows.cost(i) for i in range(n)]
     keys = [k or "" for k in columns.get("key", [""] * n)]
     boundaries = [start for _, start in stream.phases[1:]]
     tiers = sample.tiers(columns["t"], columns["success"], boundaries)
@@ -275,7 +331,7 @@ def _rows_again(root: Path, item: _Prepared, chosen: list[int]) -> Iterator[str]
     stream = read_stream(root, item.stream.path)
     if isinstance(stream, Skipped) or len(stream.episodes["t"]) != len(item.row_costs):
         raise ValueError(f"{item.stream.path}: changed while the page was being written; run it again")
-    return _episode_rows(stream, _events_by_t(_events(stream)), {}, chosen)
+    return map(_Rows(stream, _events_by_t(_events(stream)), {}).row, chosen)
 
 
 def render(root: str | Path, title: str, max_bytes: int) -> tuple[str, int, int]:

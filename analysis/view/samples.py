@@ -10,6 +10,8 @@ not trusted: a value that is not in this format decodes to None and is shown as 
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 from typing import Any
 
 from analysis.streamlog.record import SAMPLE
@@ -76,3 +78,55 @@ def stale_lines(evidence: list[list[list[Any]]], truth: list[str | None]) -> lis
         now = truth[i] if i < len(truth) else None
         flags.append([None if now is None else is_stale(line[1], line[2], now) for line in hop])
     return flags
+
+
+# The `evidence` column as the runner writes it (`runners.agent.sample`): compact JSON, here only with
+# ASCII text and no escapes. Such a text decodes to valid evidence whose lines' values are the text
+# between their quotes, so its page encoding's length and its lines' stale flags can be counted on the
+# text itself, with no decoding: an Append-Only stream logs hundreds of megabytes of it.
+_INT = r"(?:0|-?[1-9][0-9]{0,17})"  # no -0 and no long numbers: each is written back as it stands
+_LINE = rf'\[{_INT},"(?:VALID|FAILED)","[^"\\\x00-\x1f]*",(?:null|{_INT}),(?:null|{_INT})\]'
+_HOP = rf"\[(?:{_LINE}(?:,{_LINE})*)?\]"
+_ONE_HOP = re.compile(rf"\[{_HOP}\]")
+_HOPS = re.compile(rf"\[(?:{_HOP}(?:,{_HOP})*)?\]")
+_HOP_AT = re.compile(_HOP)
+
+
+@dataclass(frozen=True)
+class CompactEvidence:
+    """An `evidence` text in the compact form: the length of its page encoding (`<` and DEL are the
+    only characters that `encode` writes longer) and each hop's text."""
+
+    size: int
+    hops: list[str]
+
+
+def compact_evidence(text: object) -> CompactEvidence | None:
+    """`text` as CompactEvidence when it is in the compact form, else None (decode it instead)."""
+    if not isinstance(text, str) or not text.isascii():
+        return None
+    if _ONE_HOP.fullmatch(text):
+        hops = [text]
+    elif _HOPS.fullmatch(text):
+        hops, at = [], 1
+        while at < len(text) - 1:
+            hop = _HOP_AT.match(text, at)
+            hops.append(hop.group())  # type: ignore[union-attr]  # the whole text matched
+            at = hop.end() + 1  # type: ignore[union-attr]
+    else:
+        return None
+    return CompactEvidence(len(text) + 5 * (text.count("<") + text.count("\x7f")), hops)
+
+
+def flag_counts(hop: str, truth: str | None) -> tuple[int, int]:
+    """(lines, stale lines) of a compact hop's text against its truth (`stale_lines`; none stale when
+    the truth is unknown). Every `"` of the text opens or closes a verdict or a value, so `"VALID","`
+    starts exactly the VALID lines and `"VALID","<truth>",` those whose value is the truth (a truth
+    with a `"` is no line's value)."""
+    valid, failed = hop.count('"VALID","'), hop.count('"FAILED","')
+    if truth is None:
+        return valid + failed, 0
+    if '"' in truth:
+        return valid + failed, valid
+    valid_true, failed_true = hop.count(f'"VALID","{truth}",'), hop.count(f'"FAILED","{truth}",')
+    return valid + failed, valid - valid_true + failed_true
