@@ -54,8 +54,7 @@ class Sandbox:
         self._prefix = self._root.rstrip(os.sep) + os.sep
         self._fd = os.open(self._root, _DIR_FLAGS)  # every write, read and delete starts from it
         self._held: dict[str, tuple[int, int]] = {}  # the sweep's folders: name -> (descriptor, inode)
-        # what the last sweep saw of each kept folder: path -> (status, kept files' sizes, kept folders)
-        self._memo: dict[str, tuple[tuple[int, ...], dict[str, int], list[str]]] = {}
+        self._memo: dict[str, _Seen] = {}  # what the last sweep saw of each kept folder, by path
         self._memo_layout: Layout | None = None
         weakref.finalize(self, _close_all, self._fd, self._held)
 
@@ -137,35 +136,29 @@ class Sandbox:
         touched_in: dict[str, list[str]] = {}
         for path in touched or ():
             folder, _, name = path.rpartition("/")
-            touched_in.setdefault(folder, []).append(name)
+            touched_in.setdefault(f"{folder}/" if folder else "", []).append(name)
         kept, outputs = 0, []
         stack = [("", self._fd)]
         while stack:
             rel, fd = stack.pop()
             status = _status(fd)
-            memo = self._memo.get(rel)
-            if memo is not None and memo[0] == status:
-                files, folders = memo[1], memo[2]
-                for name in touched_in.get(rel.rstrip("/"), ()):
-                    if name in files and not self._keeps(rel + name, name, fd, layout, files):
-                        del self._memo[rel]  # its status changed with the removal: listed next time
-            else:
-                files, folders = self._list(rel, fd, layout)
-            stack.extend((f"{rel}{name}/", self._held[rel + name][0]) for name in folders)
-            for name, size in files.items():
-                kept += size
-                if layout.files[rel + name] is None:
-                    outputs.append((fd, name))
+            seen = self._memo.get(rel)
+            if seen is None or seen.status != status:
+                seen = self._list(rel, fd, layout, status)
+            elif rel in touched_in:
+                seen = self._recheck(rel, fd, layout, seen, touched_in[rel])
+            stack.extend(seen.children)
+            kept += seen.kept
+            outputs.extend(seen.outputs)
         if kept > budget:
             self._memo.clear()
             for fd, name in outputs:
                 _remove(name, fd)
 
-    def _list(self, rel: str, fd: int, layout: Layout) -> tuple[dict[str, int], list[str]]:
-        """List the folder `fd` (`rel` its path and a slash, "" for the root) and remove what the layout
-        does not keep; its kept files (name -> size) and folders, remembered with the status it had
-        when listed (not when something was removed from it: then it is listed again next time)."""
-        status = _status(fd)
+    def _list(self, rel: str, fd: int, layout: Layout, status: tuple[int, ...]) -> _Seen:
+        """List the folder `fd` (`rel` its path and a slash, "" for the root; `status` taken before
+        listing it) and remove what the layout does not keep; what it keeps, remembered with that status
+        (not with the one it has after a removal: then it is listed again next time)."""
         files: dict[str, int] = {}
         folders: list[str] = []
         removed = False
@@ -188,11 +181,41 @@ class Sandbox:
                         continue
                 _remove(entry.name, fd)
                 removed = True
+        seen = self._seen(rel, fd, layout, status, files, folders)
         if removed:
             self._memo.pop(rel, None)
         else:
-            self._memo[rel] = (status, files, folders)
-        return files, folders
+            self._memo[rel] = seen
+        return seen
+
+    def _recheck(self, rel: str, fd: int, layout: Layout, seen: _Seen, names: list[str]) -> _Seen:
+        """`seen` after a look at its kept files among `names`, written in place since the last sweep:
+        those the layout no longer keeps are removed (and the folder is listed next time)."""
+        files = dict(seen.files)
+        removed = False
+        for name in names:
+            if name in files and not self._keeps(rel + name, name, fd, layout, files):
+                removed = True
+        seen = self._seen(rel, fd, layout, seen.status, files, seen.folders)
+        if removed:
+            del self._memo[rel]  # its status changed with the removal
+        else:
+            self._memo[rel] = seen
+        return seen
+
+    def _seen(
+        self,
+        rel: str,
+        fd: int,
+        layout: Layout,
+        status: tuple[int, ...],
+        files: dict[str, int],
+        folders: list[str],
+    ) -> _Seen:
+        """What a sweep adds up from a kept folder, worked out once for as long as it stays unchanged."""
+        children = [(f"{rel}{name}/", self._held[rel + name][0]) for name in folders]
+        outputs = [(fd, name) for name in files if layout.files[rel + name] is None]
+        return _Seen(status, files, folders, children, sum(files.values()), outputs)
 
     def _keeps(self, path: str, name: str, fd: int, layout: Layout, files: dict[str, int]) -> bool:
         """Whether the layout keeps the file `name` (at `path`) in the folder `fd` as it is now, written
@@ -264,12 +287,12 @@ class Sandbox:
         status; see `sweep`): then there is nothing to clear, found with one fstat per folder."""
         rel, fd = "", self._fd
         for i, part in enumerate(parts):
-            memo = self._memo.get(rel)
-            if memo is None or _status(fd) != memo[0]:
+            seen = self._memo.get(rel)
+            if seen is None or _status(fd) != seen.status:
                 return False
             if i == len(parts) - 1:
-                return part not in memo[1] and part not in memo[2]
-            if part not in memo[2]:
+                return part not in seen.files and part not in seen.folders
+            if part not in seen.folders:
                 return False  # no kept folder there: `clear` looks (it may have to remove a file)
             rel += part + "/"
             fd = self._held[rel[:-1]][0]
@@ -434,6 +457,20 @@ class Layout:
         files.update((path, len(data)) for path, data in inputs.items())
         dirs = {path.rsplit("/", i)[0] for path in files for i in range(1, path.count("/") + 1)}
         return cls(files, frozenset(dirs))
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """What a sweep saw of a kept folder: its status when listed, its kept files (name -> size) and
+    folders; and what each sweep adds up from them (its folders' held (path, descriptor), its files'
+    bytes, its outputs), so that a folder found unchanged costs one fstat and no loop over its files."""
+
+    status: tuple[int, ...]
+    files: dict[str, int]
+    folders: list[str]
+    children: list[tuple[str, int]]
+    kept: int
+    outputs: list[tuple[int, str]]
 
 
 _OPEN_FOR_READING = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
