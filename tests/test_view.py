@@ -19,8 +19,9 @@ from analysis.streamlog.record import QUALITY, SAMPLE, EpisodeRecord
 from analysis.streamlog.staleness import episode_quality
 from analysis.streamlog.stream import file_record
 from analysis.view.__main__ import main
+from analysis.view.page import encode
 from analysis.view.sample import BOUNDARY
-from analysis.view.samples import decode, stale_lines
+from analysis.view.samples import compact_evidence, decode, flag_counts, stale_lines
 
 INJECTION = "</script><img src=x onerror=\"document.title='injected'\">"
 NOT_LOGGED = "prompt not logged (rerun with log_prompts=true)"
@@ -30,8 +31,9 @@ def _correct(t: int, length: int) -> str:
     return "flip" if t < length // 2 else "rotate"
 
 
-def _sample_columns(t: int, length: int) -> dict[str, str]:
-    """The logged-sample columns of step t: a prompt, two memory lines, and the truth (null at t=30)."""
+def _sample_columns(t: int, length: int, separators: tuple[str, str] | None = None) -> dict[str, str]:
+    """The logged-sample columns of step t: a prompt, two memory lines, and the truth (null at t=30), as
+    JSON with `separators` (json.dumps's)."""
     messages = [
         {"role": "system", "content": "You are an agent working in a world that can change."},
         {"role": "user", "content": f'Step {t}. Memory:\n- [step {t - 1}] VALID "flip"\nPROMPT OF STEP {t}'},
@@ -39,10 +41,10 @@ def _sample_columns(t: int, length: int) -> dict[str, str]:
     lines = [[t - 1, "VALID", "flip", 2, 0], [t - 2, "FAILED", "rotate", None, None]]
     truth = None if t == 30 else _correct(t, length)
     return {
-        "options": json.dumps(["flip", "rotate"]),
-        "evidence": json.dumps([lines]),
-        "truth": json.dumps([truth]),
-        "prompt": json.dumps([messages]),
+        "options": json.dumps(["flip", "rotate"], separators=separators),
+        "evidence": json.dumps([lines], separators=separators),
+        "truth": json.dumps([truth], separators=separators),
+        "prompt": json.dumps([messages], separators=separators),
     }
 
 
@@ -54,6 +56,7 @@ def write_stream(
     logged: bool = True,
     events: tuple = (),
     complete: bool = True,
+    separators: tuple[str, str] | None = None,
 ) -> Path:
     """One stream as the runner writes it: episodes.parquet (the record's columns, plus the logged-sample
     columns when `logged`), archive.jsonl and a meta.json with the files' checksums."""
@@ -73,7 +76,7 @@ def write_stream(
         )  # fmt: skip
         row = record.row({"experiment": "exp", "env": "controlled_drift", "memory": memory})
         if logged:
-            rows.append(row | _sample_columns(t, length))
+            rows.append(row | _sample_columns(t, length, separators))
         else:  # a log written before episodes recorded their samples
             rows.append({k: v for k, v in row.items() if k not in (*SAMPLE, *QUALITY)})
     pd.DataFrame(rows).to_parquet(run / "episodes.parquet")
@@ -312,6 +315,61 @@ def test_an_evidence_line_is_in_the_format_only_with_each_field_of_its_type():
     assert decode("evidence", '["not a hop"]') == (None, True)
 
 
+_LINES = [
+    [3, "VALID", "a", 1, 0],
+    [-4, "FAILED", "a", None, 2],
+    [5, "VALID", "b<c\x7f", None, None],  # written longer on the page: \u003c, \u007f
+    [6, "FAILED", "x,null,2],[7,", 0, 0],  # values that look like the text around them
+    [7, "VALID", "]],[[", 123456789012345678, None],
+    [8, "FAILED", "VALID", 0, 0],
+    [9, "FAILED", "", 0, 0],
+]
+#: Evidence texts the runner writes (compact): measured without decoding. A value with a quote or a
+#: backslash is escaped, so it is not compact, nor is a text with spaces, non-ASCII text or a -0.
+COMPACT = [
+    json.dumps(hops, separators=(",", ":"), ensure_ascii=False)
+    for hops in ([_LINES], [_LINES[:2], [], _LINES[2:]], [], [[]])
+]
+NOT_COMPACT = [
+    json.dumps([_LINES]),
+    json.dumps([[[1, "VALID", 'say "a"', 1, 0]]], separators=(",", ":")),
+    json.dumps([[[1, "VALID", "caf\u00e9", 1, 0]]], separators=(",", ":"), ensure_ascii=False),
+    '[[[-0,"VALID","a",1,0]]]',
+    '[[[1,"VALID","a",1,0]]',
+    '[[[1,"MAYBE","a",1,0]]]',
+    '[[[1,"VALID","a",1,0.5]]]',
+    '[[[1,"VALID","a",1,' + "9" * 5000 + "]]]",
+]
+
+
+@pytest.mark.parametrize("text", COMPACT)
+@pytest.mark.parametrize("truth", ["a", "b<c\x7f", "x,null,2],[7,", "]],[[", "VALID", "", 'a",', "z", None])
+def test_a_compact_evidence_text_measures_as_its_decoded_value_encodes_and_flags(text, truth):
+    compact = compact_evidence(text)
+    assert compact is not None
+    value, bad = decode("evidence", text)
+    assert not bad and compact.size == len(encode(value)) and len(compact.hops) == len(value)
+    for hop_text, hop in zip(compact.hops, value, strict=True):
+        flags = stale_lines([hop], [truth])[0]
+        assert flag_counts(hop_text, truth) == (len(hop), flags.count(True))
+
+
+@pytest.mark.parametrize("text", NOT_COMPACT)
+def test_evidence_not_in_the_compact_form_is_left_to_the_decoder(text):
+    assert compact_evidence(text) is None
+
+
+def test_a_page_samples_the_same_rows_from_compact_logs_as_from_spaced_ones(tmp_path):
+    """The sizes the sample is drawn by are the same whether a row is measured or encoded."""
+    pages = []
+    for name, separators in (("spaced", None), ("compact", (",", ":"))):
+        run = write_stream(tmp_path / name, "append_only", length=4000, separators=separators)
+        out = tmp_path / f"{name}.html"
+        assert main([str(run), "--out", str(out), "--max-mb", "1"]) == 0
+        pages.append(_embedded(out, 0))
+    assert pages[0] == pages[1] and 0 < len(pages[0]["rows"]) < 4000
+
+
 def _damage(run, column: str, value: str) -> None:
     frame = pd.read_parquet(run / "episodes.parquet")
     frame.loc[4, column] = value
@@ -321,9 +379,10 @@ def _damage(run, column: str, value: str) -> None:
     (run / "meta.json").write_text(json.dumps(meta))
 
 
+@pytest.mark.parametrize("separators", [None, (",", ":")], ids=["spaced", "compact"])
 @pytest.mark.parametrize("column", ["options", "evidence"])
-def test_a_malformed_sample_column_is_noted_on_the_stream(tmp_path, column):
-    _damage(write_stream(tmp_path, "tepa_rev"), column, "[oops")
+def test_a_malformed_sample_column_is_noted_on_the_stream(tmp_path, column, separators):
+    _damage(write_stream(tmp_path, "tepa_rev", separators=separators), column, "[oops")
     out = tmp_path / "view.html"
     assert main([str(tmp_path / "runs"), "--out", str(out)]) == 0
     data = _embedded(out, 0)
