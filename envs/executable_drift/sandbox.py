@@ -65,22 +65,28 @@ class Sandbox:
 
     def real(self, path: str) -> str:
         """`resolve` as a string: the gate checks every argument of every call and needs no Path."""
+        return self._resolve(path)[0]
+
+    def _resolve(self, path: str) -> tuple[str, os.stat_result | OSError | None]:
+        """`real`, and the lstat of the result when `_plain` resolved it (None: not looked at)."""
         if not isinstance(path, str) or not path or "\x00" in path:
             raise Refused(f"invalid path {path!r}")
         try:
-            real = self._plain(path) or os.path.realpath(os.path.join(self._root, path))
+            real, last = self._plain(path) or (os.path.realpath(os.path.join(self._root, path)), None)
         except OSError:  # a link that vanished while it was read: the path is changing under us
             raise Refused(f"cannot resolve the path {path}") from None
         if real != self._root and not real.startswith(self._prefix):
             raise Refused(f"path escapes the sandbox: {path}")
-        return real
+        return real, last
 
-    def _plain(self, path: str) -> str | None:
+    def _plain(self, path: str) -> tuple[str, os.stat_result | OSError | None] | None:
         """The resolution of a relative path with no `..` and no symlink on it (the common case),
-        found with one lstat per part; None when `os.path.realpath` must decide."""
+        found with one lstat per part, and what the last lstat gave (a status, or the error of a part
+        that does not exist, which is no symlink; None: no part); None when `os.path.realpath` must
+        decide."""
         if path.startswith("/"):
             return None
-        current = self._root
+        current, last = self._root, None
         for part in path.split("/"):
             if part in ("", "."):
                 continue
@@ -88,24 +94,31 @@ class Sandbox:
                 return None
             current = f"{current}/{part}"
             try:
-                if stat.S_ISLNK(os.lstat(current).st_mode):
-                    return None
-            except OSError:
-                pass  # a part that does not exist yet is not a symlink
-        return current
+                last = os.lstat(current)
+            except OSError as exc:
+                last = exc
+                continue
+            if stat.S_ISLNK(last.st_mode):
+                return None
+        return current, last
 
     def job_path(self, path: str) -> str:
         """`real`, for a path a tool is about to read or write: refused as well when a symlink lies on
         it, or when it is an existing file that is not a plain one (a FIFO, a device) or has more than
-        one hard link. One lstat beyond `real`; a string, as tools open it (a Path per argument cost a
-        tenth of a call)."""
-        real = self.real(path)
-        if real != os.path.normpath(os.path.join(self._root, path)):
-            raise Refused(f"refused: a symbolic link is on the path {path}")
-        try:
-            st = os.lstat(real)
-        except FileNotFoundError:
+        one hard link. A path `_plain` resolves needs no lstat beyond its own (the last one's is the
+        file's); a string, as tools open it (a Path per argument cost a tenth of a call)."""
+        real, st = self._resolve(path)
+        if st is None:
+            if real != os.path.normpath(os.path.join(self._root, path)):
+                raise Refused(f"refused: a symbolic link is on the path {path}")
+            try:
+                st = os.lstat(real)
+            except OSError as exc:
+                st = exc
+        if isinstance(st, FileNotFoundError):
             return real
+        if isinstance(st, OSError):
+            raise st
         if stat.S_ISDIR(st.st_mode):
             return real
         if not stat.S_ISREG(st.st_mode):
@@ -267,8 +280,18 @@ class Sandbox:
         a folder tree) and any file or link standing where one of its parent folders belongs. Links are
         deleted, never followed, also one planted while this runs (folders are entered by descriptor)."""
         parts = self._parts(path)
-        if self._seen_absent(parts):
-            return
+        seen = self._last_seen(parts)
+        if seen is not None:
+            folder, kept = seen
+            if not kept:
+                return
+            try:  # a kept file seen there; nothing else stands in the way
+                os.unlink(parts[-1], dir_fd=folder)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                pass  # replaced by a folder a moment ago: looked at below
         fd = os.dup(self._fd)
         try:
             for i, part in enumerate(parts):
@@ -281,22 +304,23 @@ class Sandbox:
         finally:
             os.close(fd)
 
-    def _seen_absent(self, parts: Sequence[str]) -> bool:
-        """Whether the last sweep listed the folder of `parts` without its last part, and neither that
-        folder nor any above it has changed since (an entry added or replaced changes its folder's
-        status; see `sweep`): then there is nothing to clear, found with one fstat per folder."""
+    def _last_seen(self, parts: Sequence[str]) -> tuple[int, bool] | None:
+        """What the last sweep saw at `parts` when neither its folder nor any above it has changed since
+        (an entry added or replaced changes its folder's status; see `sweep`): the held descriptor of
+        its folder and whether a kept file is there (else nothing is); found with one fstat per folder.
+        None: not known (a folder changed, or a kept folder stands there)."""
         rel, fd = "", self._fd
         for i, part in enumerate(parts):
             seen = self._memo.get(rel)
             if seen is None or _status(fd) != seen.status:
-                return False
+                return None
             if i == len(parts) - 1:
-                return part not in seen.files and part not in seen.folders
+                return None if part in seen.folders else (fd, part in seen.files)
             if part not in seen.folders:
-                return False  # no kept folder there: `clear` looks (it may have to remove a file)
+                return None  # no kept folder there: `clear` looks (it may have to remove a file)
             rel += part + "/"
             fd = self._held[rel[:-1]][0]
-        return False
+        return None
 
     def write(self, path: str, data: bytes) -> None:
         """Write `data` to a new file `path` inside the sandbox, creating parent directories (a file
@@ -420,27 +444,29 @@ class Sandbox:
 
     def _holds(self, path: str, files: Mapping[str, bytes]) -> bool:
         """Whether `path` holds exactly `files`, as plain files with one link each, reached without a
-        symlink (a planted link or hard link is replaced, never read through)."""
-        full = os.path.join(self.root, path)
-        found: dict[str, bytes] = {}
+        symlink (a planted link or hard link is replaced, never read through): its folders are entered
+        by descriptor, as `read` enters them, and each file is read only when its size is right."""
         try:
-            if self._plain(path) is None:
-                return False
-            st = os.lstat(full)
-            if stat.S_ISREG(st.st_mode):
-                return st.st_nlink == 1 and {path: read_plain(full)} == files
-            for folder, dirs, names in os.walk(full):
-                if any(os.path.islink(os.path.join(folder, d)) for d in dirs):
-                    return False
-                for name in names:
-                    item = os.path.join(folder, name)
-                    st = os.lstat(item)
-                    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-                        return False
-                    found[self.relative(item)] = read_plain(item)
+            parts = self._parts(path)
+            folder = self._folder(parts[:-1], path)
+        except (OSError, Refused):
+            return False
+        try:
+            fd = os.open(parts[-1], _OPEN_FOR_READING, dir_fd=folder)
         except OSError:
             return False
-        return found == files
+        finally:
+            os.close(folder)
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode):
+                return len(files) == 1 and _holds_file(fd, st, files.get(path))
+            found = [0]
+            return stat.S_ISDIR(st.st_mode) and _holds_at(fd, path, files, found) and found[0] == len(files)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -494,6 +520,38 @@ def read_plain(path: str) -> bytes | None:
         return _read_all(fd)
     finally:
         os.close(fd)
+
+
+def _holds_file(fd: int, st: os.stat_result, data: bytes | None) -> bool:
+    """Whether the file open at `fd` (status `st`) is a plain file with one link holding `data`."""
+    return (
+        data is not None
+        and stat.S_ISREG(st.st_mode)
+        and st.st_nlink == 1
+        and st.st_size == len(data)
+        and os.read(fd, len(data) + 1) == data
+    )
+
+
+def _holds_at(fd: int, rel: str, files: Mapping[str, bytes], found: list[int]) -> bool:
+    """`Sandbox._holds` below the folder `fd` (`rel` its path): every entry is a folder (entered without
+    following a link) or one of `files`, held as it should be; `found` counts the files seen."""
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            name = f"{rel}/{entry.name}"
+            flags = _DIR_FLAGS if entry.is_dir(follow_symlinks=False) else _OPEN_FOR_READING
+            inner = os.open(entry.name, flags, dir_fd=fd)
+            try:
+                if flags == _DIR_FLAGS:
+                    held = _holds_at(inner, name, files, found)
+                else:
+                    held = _holds_file(inner, os.fstat(inner), files.get(name))
+                    found[0] += 1
+            finally:
+                os.close(inner)
+            if not held:
+                return False
+    return True
 
 
 def _status(fd: int) -> tuple[int, ...]:
