@@ -22,6 +22,7 @@ from analysis.view.__main__ import main
 from analysis.view.page import encode
 from analysis.view.sample import BOUNDARY
 from analysis.view.samples import compact_evidence, decode, flag_counts, stale_lines
+from analysis.view.streams import read_rows, read_stream
 
 INJECTION = "</script><img src=x onerror=\"document.title='injected'\">"
 NOT_LOGGED = "prompt not logged (rerun with log_prompts=true)"
@@ -368,6 +369,17 @@ def test_a_page_samples_the_same_rows_from_compact_logs_as_from_spaced_ones(tmp_
         assert main([str(run), "--out", str(out), "--max-mb", "1"]) == 0
         pages.append(_embedded(out, 0))
     assert pages[0] == pages[1] and 0 < len(pages[0]["rows"]) < 4000
+
+
+def test_the_rows_written_are_read_again_from_the_file_as_it_was_verified(tmp_path):
+    run = write_stream(tmp_path, "lww")
+    stream = read_stream(tmp_path, run)
+    assert read_rows(stream, [0, 3])["t"] == [0, 3]
+    frame = pd.read_parquet(run / "episodes.parquet")
+    frame.loc[3, "reply"] = "changed"
+    frame.to_parquet(run / "episodes.parquet")
+    with pytest.raises(ValueError, match="changed while the page was being written"):
+        read_rows(stream, [0, 3])
 
 
 def _damage(run, column: str, value: str) -> None:

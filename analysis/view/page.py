@@ -29,7 +29,7 @@ from analysis.view.samples import (
     flag_counts,
     stale_lines,
 )
-from analysis.view.streams import SHOWN_COLUMNS, Skipped, Stream, find_streams, order, read_stream
+from analysis.view.streams import SHOWN_COLUMNS, Skipped, Stream, find_streams, order, read_rows, read_stream
 
 #: The fields of an episode row as the page reads them, in order.
 COLUMNS = ("t", "phase", "key", "success", "action", "correct", "parse_ok", "reply", "hops", "error")
@@ -235,10 +235,11 @@ def _tag(i: int, payload: str) -> str:
 @dataclass(frozen=True)
 class _Prepared:
     """One stream made ready for sampling: what each row and key timeline costs, without the rows (a
-    stream's rows are encoded again for the page, only the chosen ones, so that memory holds one
-    stream's logs at a time whatever the size of the run)."""
+    stream's rows are read and encoded again for the page, only the chosen ones, so that memory holds
+    one stream's logs at a time whatever the size of the run)."""
 
     stream: Stream  # without its episodes and events
+    events: dict[int, str]  # its lifecycle events by step, encoded (`_events_by_t`)
     row_costs: list[int]
     keys: list[str]
     timelines: dict[str, str]
@@ -261,7 +262,8 @@ def _prepare(stream: Stream) -> _Prepared:
     events = _events(stream)
     columns = stream.episodes
     n = len(columns["t"])
-    rows = _Rows(stream, _events_by_t(events), malformed)
+    by_t = _events_by_t(events)
+    rows = _Rows(stream, by_t, malformed)
     costs = [rows.cost(i) for i in range(n)]
     keys = [k or "" for k in columns.get("key", [""] * n)]
     boundaries = [start for _, start in stream.phases[1:]]
@@ -270,7 +272,7 @@ def _prepare(stream: Stream) -> _Prepared:
     logged = _logged(stream, malformed)
     fixed = sum(map(len, _stream_parts(stream, worst, logged))) + len(_tag(10**6, "")) + 2
     light = replace(stream, episodes={}, events=stream.events.iloc[0:0])
-    return _Prepared(light, costs, keys, _timelines(events), tiers, logged, _success(stream), fixed)
+    return _Prepared(light, by_t, costs, keys, _timelines(events), tiers, logged, _success(stream), fixed)
 
 
 def _value(value: Any) -> str:
@@ -326,12 +328,10 @@ def _run_row(i: int, item: _Prepared, config: str) -> dict[str, Any]:
     }
 
 
-def _rows_again(root: Path, item: _Prepared, chosen: list[int]) -> Iterator[str]:
+def _rows_again(item: _Prepared, chosen: list[int]) -> Iterator[str]:
     """The chosen rows of a prepared stream, read and encoded again."""
-    stream = read_stream(root, item.stream.path)
-    if isinstance(stream, Skipped) or len(stream.episodes["t"]) != len(item.row_costs):
-        raise ValueError(f"{item.stream.path}: changed while the page was being written; run it again")
-    return map(_Rows(stream, _events_by_t(_events(stream)), {}).row, chosen)
+    stream = replace(item.stream, episodes=read_rows(item.stream, chosen))
+    return map(_Rows(stream, item.events, {}).row, range(len(chosen)))
 
 
 def render(root: str | Path, title: str, max_bytes: int) -> tuple[str, int, int]:
@@ -372,7 +372,7 @@ def render(root: str | Path, title: str, max_bytes: int) -> tuple[str, int, int]
         head, middle = _stream_parts(item.stream, sample.describe(summary), item.logged)
         keys = dict.fromkeys(item.keys[r] for r in chosen if item.keys[r] in item.timelines)
         lines = ",".join(f"{encode(key)}:{item.timelines[key]}" for key in keys)
-        rows = ",".join(_rows_again(root, item, chosen)) if chosen else ""
+        rows = ",".join(_rows_again(item, chosen)) if chosen else ""
         tags.append(_tag(i, head + rows + middle + lines + "}}"))
     before, after = template.split(_INDEX)
     middle, end = after.split(_STREAMS)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import pyarrow.parquet as pq
 from analysis.data.load import LABELS, _labels, read_episodes
 from analysis.report.timeline import read_lifecycle, read_phases
 from analysis.streamlog import stream as logformat
+from analysis.streamlog.encoding import sha256
 from analysis.view.samples import SAMPLE_COLUMNS
 
 #: The episode columns the view shows (those a log has), besides the logged-sample ones.
@@ -35,7 +37,7 @@ class Stream:
     directory; `episodes` holds SHOWN_COLUMNS and SAMPLE_COLUMNS (those the log has) as lists, sorted
     by t (plain Python values: the page encodes every row, and pandas rows cost ten times more);
     `events` is `analysis.report.timeline.read_lifecycle`'s frame; `phases` (name, first t) in stream
-    order, `end` the step after the last episode."""
+    order, `end` the step after the last episode; `checksum` the sha256 of episodes.parquet as verified."""
 
     run: str
     path: Path
@@ -46,6 +48,7 @@ class Stream:
     phases: list[tuple[str, int]]
     end: int
     overrides: dict[str, Any] = field(default_factory=dict)
+    checksum: str = ""
 
 
 @dataclass(frozen=True)
@@ -132,8 +135,7 @@ def read_stream(root: Path, run_dir: Path) -> Stream | Skipped:
         labels = _labels(checked, name)
         path = run_dir / logformat.EPISODES
         present = pq.ParquetFile(path).schema_arrow.names
-        columns = [c for c in (*SHOWN_COLUMNS, *SAMPLE_COLUMNS) if c in present]
-        episodes = pq.read_table(path, columns=columns).sort_by("t").to_pydict()
+        episodes = _episodes(pq.read_table(path, columns=_columns(present)))
         events = read_lifecycle(run_dir)
         phases, end = read_phases(run_dir)
     except (ValueError, OSError, TypeError, OverflowError, RecursionError, pa.ArrowException) as exc:
@@ -142,7 +144,33 @@ def read_stream(root: Path, run_dir: Path) -> Stream | Skipped:
     variant = str(meta.get("variant") or "")
     overrides = meta.get("overrides")
     overrides = {str(k): v for k, v in overrides.items()} if isinstance(overrides, dict) else {}
-    return Stream(name, run_dir, labels, variant, episodes, events, phases, end, overrides)
+    checksum = meta["files"][logformat.EPISODES]["sha256"]  # verified above
+    return Stream(name, run_dir, labels, variant, episodes, events, phases, end, overrides, checksum)
+
+
+def _columns(present: list[str]) -> list[str]:
+    """The episode columns the view reads, of those a log has."""
+    return [c for c in (*SHOWN_COLUMNS, *SAMPLE_COLUMNS) if c in present]
+
+
+def _episodes(table: pa.Table, rows: Sequence[int] | None = None) -> dict[str, list]:
+    """The columns of an episodes table sorted by t (the rows at those positions only, when given)."""
+    table = table.sort_by("t")
+    return (table if rows is None else table.take(rows)).to_pydict()
+
+
+def read_rows(stream: Stream, rows: Sequence[int]) -> dict[str, list]:
+    """The episode columns of `stream` at `rows` (positions in t order), read again: a page holds one
+    stream's logs at a time. Read from the file as it was verified, or a ValueError."""
+    path = stream.path / logformat.EPISODES
+    try:
+        data = logformat.read_file(path)
+    except OSError as exc:
+        raise ValueError(f"{path}: unreadable ({exc.strerror or exc})") from None
+    if sha256(data) != stream.checksum:
+        raise ValueError(f"{path}: changed while the page was being written; run it again")
+    file = pq.ParquetFile(pa.BufferReader(data))
+    return _episodes(file.read(columns=_columns(file.schema_arrow.names)), rows)
 
 
 def find_streams(root: str | Path) -> tuple[list[Path], list[Skipped]]:
