@@ -267,8 +267,9 @@ def test_quick_run_writes_the_json_and_the_report(tmp_path, monkeypatch):
 def test_the_sample_cost_times_the_drift_experiments_with_samples_logged_and_not():
     from runners.bench.samples import sample_cost
 
-    # one method of each experiment's sweep: the code path is the same for ten, at a tenth of the time
-    one_method = ("env.phase_length=5", "hydra.sweeper.params.memory=append_only")
+    # one method of each experiment's sweep: the code path is the same for ten, at a tenth of the time;
+    # n_jobs=1: joblib runs that one job in the launcher's process instead of starting workers for it
+    one_method = ("env.phase_length=5", "hydra.sweeper.params.memory=append_only", "hydra.launcher.n_jobs=1")
     cost = sample_cost(1, bench.tree_bytes, seeds=(0,), overrides=one_method)
     assert cost["experiments"] == ["paper_executable", "paper_controlled"] and cost["seeds"] == [0]
     assert cost["seconds_logged"] > 0 and cost["seconds_unlogged"] > 0

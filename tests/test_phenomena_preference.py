@@ -9,10 +9,13 @@ import pytest
 from envs.preference_stream import PreferenceStream
 from tests.helpers.phenomena import run_methods, success
 
+#: The methods these tests compare (each method's streams are independent of the others').
+METHODS = ["no_memory", "append_only", "tepa_rev", "tepa_full"]
+
 
 @pytest.fixture(scope="module")
 def runs():
-    return run_methods(PreferenceStream, range(4))
+    return run_methods(PreferenceStream, range(4), METHODS)
 
 
 def test_no_memory_scores_high_because_sessions_state_the_preference(runs):
