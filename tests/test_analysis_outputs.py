@@ -116,6 +116,18 @@ def test_load_skips_incomplete_runs_and_fills_counters(runs_root):
     assert all(logs.runs["config"].map(lambda c: c["complete"] is True))
 
 
+def test_load_counts_every_run_of_a_shared_archive_and_names_the_first_faulty_one(runs_root, tmp_path):
+    logs = load_runs(runs_root)  # the TEPA-Rev seeds log the same archive: parsed once, counted per run
+    counted = logs.events[logs.events["memory"] == "tepa_rev"].groupby("seed")["count"].sum()
+    assert counted.to_dict() == {seed: 3 for seed in range(SEEDS)}
+    for seed in (1, 0):
+        run = write_run(tmp_path, "paper_controlled", "controlled_drift", "tepa_rev", seed)
+        (run / "archive.jsonl").write_text('{"t": -1, "event": "revoked"}\n')
+        reseal(run)
+    with pytest.raises(ValueError, match=r"seed=0/archive\.jsonl: t -1 is out of range"):
+        load_runs(tmp_path)
+
+
 def test_load_rejects_bad_logs(tmp_path):
     run = write_run(tmp_path / "a", "paper_controlled", "controlled_drift", "lww", 0)
     pd.read_parquet(run / "episodes.parquet").drop(columns="phase").to_parquet(run / "episodes.parquet")

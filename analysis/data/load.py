@@ -23,9 +23,10 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pandas as pd
 import pyarrow as pa
@@ -41,6 +42,7 @@ from analysis.streamlog.record import COUNTERS, QUALITY, STATE_COUNTS
 from analysis.streamlog.record import LABELS as RUN_LABELS
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 #: What identifies a run: its labels and seed.
 LABELS = (*RUN_LABELS, "seed")
@@ -224,17 +226,35 @@ def _check_unique(runs: pd.DataFrame) -> None:
         )
 
 
-def _read_run(root: Path, run_dir: Path) -> tuple[str, tuple[pa.Table, str], dict[str, int], dict]:
-    """A run's files, verified (see the module docstring); a ValueError names what cannot be trusted."""
+def _read_run(root: Path, run_dir: Path) -> tuple[str, tuple[pa.Table, str], dict]:
+    """A run's episodes and meta.json, its files verified (see the module docstring); a ValueError names
+    what cannot be trusted. Its archive is read by `_event_counts`."""
     meta = stream.read_meta(run_dir) or {}
     problem = stream.verify(run_dir, meta)  # a run that records no checksums is not trusted either
     if problem is not None:
         raise ValueError(f"{problem}; rerun its experiment to redo it")
+    return run_dir.relative_to(root).as_posix(), _arrow_read(read_episodes, run_dir), meta
+
+
+def _arrow_read(read: Callable[[Path], _T], run_dir: Path) -> _T:
+    """`read(run_dir)`; a file Arrow cannot read is a ValueError naming the run."""
     try:
-        return run_dir.relative_to(root).as_posix(), read_episodes(run_dir), count_events(run_dir), meta
+        return read(run_dir)
     except (OSError, pa.ArrowException) as exc:  # a file Arrow cannot read (ArrowInvalid is both)
         reason = str(exc).splitlines()[0] if str(exc) else repr(exc)
         raise ValueError(f"{run_dir}: unreadable ({reason})") from None
+
+
+def _event_counts(pool: Executor, run_dirs: list[Path], metas: list[dict]) -> list[dict[str, int]]:
+    """Each run's `count_events`, every distinct archive parsed once.
+
+    Archives with the same verified sha256 hold the same bytes, so the same counts and the same faults:
+    the seeds of a deterministic environment's stream (MemoryAgentBench's, most of a reproduction's
+    archive bytes) log one archive many times. A faulty one is named by the first run that has it."""
+    digests = [meta["files"][stream.ARCHIVE]["sha256"] for meta in metas]  # verified by _read_run
+    first = dict(zip(reversed(digests), reversed(run_dirs), strict=True))
+    counted = dict(zip(first, pool.map(lambda d: _arrow_read(count_events, d), first.values()), strict=True))
+    return [counted[digest] for digest in digests]
 
 
 def _note_unavailable(runs: pd.DataFrame) -> None:
@@ -263,25 +283,19 @@ def load_runs(
     run_dirs = find_runs(root, experiments)
     tables, events, runs = [], [], []
     with ThreadPoolExecutor(max_workers=_READERS) as pool:
-        loaded = pool.map(lambda run_dir: _read_run(root, run_dir), run_dirs)
-        for run, (table, sample), counts, meta in tqdm(
-            loaded, total=len(run_dirs), desc="reading runs", unit="run", disable=not progress
-        ):
-            if table.num_rows == 0:
-                log.info("run %s has no episodes; skipped", run)
-                continue
-            labels = _labels(table, run)
-            tables.append(table.append_column("run", pa.repeat(run, table.num_rows)))
-            events += [{"run": run, **labels, "event": kind, "count": n} for kind, n in counts.items()]
-            runs.append(
-                {
-                    "run": run,
-                    **labels,
-                    "n_episodes": table.num_rows,
-                    "config": flatten(meta),
-                    "sample": sample,
-                }
-            )
+        read = pool.map(lambda run_dir: _read_run(root, run_dir), run_dirs)
+        loaded = list(tqdm(read, total=len(run_dirs), desc="reading runs", unit="run", disable=not progress))
+        counted = _event_counts(pool, run_dirs, [meta for *_, meta in loaded])
+    for (run, (table, sample), meta), counts in zip(loaded, counted, strict=True):
+        if table.num_rows == 0:
+            log.info("run %s has no episodes; skipped", run)
+            continue
+        labels = _labels(table, run)
+        tables.append(table.append_column("run", pa.repeat(run, table.num_rows)))
+        events += [{"run": run, **labels, "event": kind, "count": n} for kind, n in counts.items()]
+        runs.append(
+            {"run": run, **labels, "n_episodes": table.num_rows, "config": flatten(meta), "sample": sample}
+        )
     if not runs:
         raise ValueError(f"root: no complete runs with episodes under {root}")
     runs_frame = pd.DataFrame(runs)
