@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -46,15 +47,23 @@ def _analyse(runs, out, *options, caplog) -> tuple[int, list[str]]:
     return code, lines
 
 
+@pytest.fixture(scope="module")
+def kept_template(tmp_path_factory) -> Path:
+    """The runs and an --out holding paper_controlled's results, then `own`'s analysed into it (paper
+    kept): analysed once per module, since the two analyses cost most of each test that starts here."""
+    root = tmp_path_factory.mktemp("kept")
+    _paper_runs(root / "paper")
+    _own_runs(root / "own")
+    for runs in ("paper", "own"):
+        assert main(["--runs", str(root / runs), "--out", str(root / "out"), "--quiet"]) == 0
+    return root
+
+
 @pytest.fixture
-def kept_folder(tmp_path, caplog):
-    """An --out holding paper_controlled's results, then `own`'s analysed into it (paper kept)."""
-    paper, own, out = tmp_path / "paper", tmp_path / "own", tmp_path / "out"
-    _paper_runs(paper)
-    _own_runs(own)
-    assert _analyse(paper, out, caplog=caplog)[0] == 0
-    assert _analyse(own, out, caplog=caplog)[0] == 0
-    return paper, own, out
+def kept_folder(kept_template, tmp_path):
+    """The test's own copy of `kept_template` (paper, own, out), to edit as it likes."""
+    shutil.copytree(kept_template, tmp_path, dirs_exist_ok=True)
+    return tmp_path / "paper", tmp_path / "own", tmp_path / "out"
 
 
 def _edit_manifest(out, change) -> None:
