@@ -18,14 +18,16 @@ import pytest
 from analysis.streamlog.stream import META, PARTIAL_EPISODES
 from runners.run import PROJECT_ROOT
 
-# Three jobs of 40,000 episodes, two at a time.
+# Three jobs of 10,000 episodes (controlled drift's four phases), two at a time: far more than the 300
+# each has logged when the signal is sent, so no worker ends its job first and takes the third.
+JOB_EPISODES = 10_000
 SWEEP = (
     "-m",
     "hydra/launcher=joblib",
     "hydra.launcher.n_jobs=2",
     "memory=tepa_rev",
     "memory.theta_rev=0.3,0.4,0.5",
-    "env.phase_length=10000",
+    f"env.phase_length={JOB_EPISODES // 4}",
     "progress=false",
 )
 ENV = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
@@ -99,5 +101,5 @@ def test_sigterm_to_a_joblib_multirun_stops_every_worker_and_the_rerun_resumes(t
     rerun = subprocess.run(command, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr
     metas = [json.loads(p.read_text()) for p in sorted(results.glob(f"runs/**/{META}"))]
-    assert len(metas) == 3 and all(m["complete"] and m["n_episodes"] == 40_000 for m in metas)
+    assert len(metas) == 3 and all(m["complete"] and m["n_episodes"] == JOB_EPISODES for m in metas)
     assert sorted(m["replayed"] for m in metas) == [0, *sorted(logged.values())]
