@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from importlib import resources
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,6 @@ from analysis.view.samples import (
     CompactEvidence,
     compact_evidence,
     decode,
-    flag_counts,
     stale_lines,
 )
 from analysis.view.streams import SHOWN_COLUMNS, Skipped, Stream, find_streams, order, read_rows, read_stream
@@ -37,12 +37,17 @@ COLUMNS += ("n_evidence", "stale", "events", "prompt", "evidence", "options", "t
 _INDEX, _STREAMS = "/*INDEX*/", "<!--STREAMS-->"
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+#: json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)'s C encoder, made once:
+#: `JSONEncoder.encode` makes one per call, which cost more than encoding a row's head. No check for
+#: circular values, which decoded JSON and Arrow's values cannot be.
+_ENCODER = c_make_encoder(
+    None, json.JSONEncoder().default, encode_basestring_ascii, None, ":", ",", False, False, False
+)
 
 
 def encode(value: Any) -> str:
     """`value` as JSON that is safe inside a script tag: ASCII, compact, no `<`."""
-    return _ENCODER.encode(value).replace("<", "\\u003c")
+    return "".join(_ENCODER(value, 0)).replace("<", "\\u003c")
 
 
 def _plain(value: Any) -> Any:
@@ -97,103 +102,108 @@ def _hops(text: object) -> list[str] | None:
 
 
 class _Rows:
-    """A stream's episodes as encoded COLUMNS rows, with its lifecycle events (encoded, by step) at their
-    step; counts malformed sample values by column into `malformed`.
+    """A stream's episodes as encoded COLUMNS rows (`row`) and what each costs (`costs`), with its
+    lifecycle events (encoded, by step) at their step.
 
     Episodes log the same sample texts again and again (a job's options, the truth of a key), so each
     distinct text of a column is decoded, checked and encoded once: the JSON of a list is its items'
-    JSON joined by commas, so a row is put together from encoded parts."""
+    JSON joined by commas, so a row is put together from encoded parts. An evidence text in the compact
+    form (`compact_evidence`) is measured without decoding: most rows are never written, and decoding
+    them was most of the viewer's time."""
 
-    def __init__(self, stream: Stream, events: dict[int, str], malformed: dict[str, int]) -> None:
-        self.phases = {name: i for i, (name, _) in enumerate(stream.phases)}
+    def __init__(self, stream: Stream, events: dict[int, str]) -> None:
         missing = [None] * len(stream.episodes["t"])
-        self.get = {name: stream.episodes.get(name, missing) for name in (*SHOWN_COLUMNS, *SAMPLE_COLUMNS)}
-        self.events = events
-        self.malformed = malformed
+        get = {name: stream.episodes.get(name, missing) for name in (*SHOWN_COLUMNS, *SAMPLE_COLUMNS)}
+        phases = {name: i for i, (name, _) in enumerate(stream.phases)}
+        self.get, self.events = get, events
+        #: Each row's fields before `stale` (COLUMNS).
+        self.heads = list(
+            zip(
+                get["t"],
+                [phases.get(phase) for phase in get["phase"]],
+                [key or "" for key in get["key"]],
+                *(get[name] for name in ("success", "action", "correct", "parse_ok", "reply")),
+                map(_hops, get["hop_replies"]),
+                get["error"],
+                get["n_evidence"],
+                strict=True,
+            )
+        )
         self.seen: dict[str, dict[Any, tuple[Any, bool, str]]] = {column: {} for column in SAMPLE_COLUMNS}
         self.flagged: dict[tuple[Any, Any], tuple[str, str]] = {}
         self.compact: dict[Any, CompactEvidence | None] = {}
+        self.sizes: dict[tuple[Any, Any], int] = {}
 
-    def _part(self, column: str, i: int) -> tuple[Any, bool, str]:
-        """Row `i`'s value of a sample column (decoded, malformed, encoded), counted."""
-        part = self._decoded(column, self.get[column][i])
-        self._count(column, part[1])
-        return part
-
-    def _count(self, column: str, bad: bool) -> None:
-        if bad:
-            self.malformed[column] = self.malformed.get(column, 0) + 1
-        elif column not in self.malformed:
-            self.malformed[column] = 0
-
-    def _decoded(self, column: str, text: Any) -> tuple[Any, bool, str]:
+    def _part(self, column: str, text: Any) -> tuple[Any, bool, str]:
+        """A sample column's text decoded, whether it was malformed, and the decoded value encoded."""
         part = self.seen[column].get(text)
         if part is None:
             value, bad = decode(column, text)
             part = self.seen[column][text] = (value, bad, encode(value))
         return part
 
-    def _head(self, i: int) -> str:
-        """Row `i` encoded up to `stale`: its opening bracket and the fields before, with no comma."""
-        get = self.get
-        head = [
-            get["t"][i],
-            self.phases.get(get["phase"][i]),
-            get["key"][i] or "",
-            get["success"][i],
-            *(get[name][i] for name in ("action", "correct", "parse_ok", "reply")),
-            _hops(get["hop_replies"][i]),
-            get["error"][i],
-            get["n_evidence"][i],
-        ]
-        return encode(head)[:-1]
-
-    def row(self, i: int) -> str:
-        """Row `i`, encoded."""
-        parts = {column: self._part(column, i) for column in SAMPLE_COLUMNS}
-        evidence, truth = parts["evidence"], parts["truth"]
-        stale, lines = "null", evidence[2]
-        if evidence[0] is not None and truth[0] is not None:
-            key = (self.get["evidence"][i], self.get["truth"][i])
-            if key not in self.flagged:
-                self.flagged[key] = _flag_stale(evidence[0], truth[0])
-            stale, lines = self.flagged[key]
-        return (
-            f"{self._head(i)},{stale},{self.events.get(self.get['t'][i], '[]')},{parts['prompt'][2]},{lines},"
-            f"{parts['options'][2]},{truth[2]}]"
-        )
-
-    def cost(self, i: int) -> int:
-        """The bytes of row `i` and its comma. A compact evidence text (`compact_evidence`) is measured
-        on the text rather than decoded: most rows are never written, and decoding was most of the
-        viewer's time."""
-        text = self.get["evidence"][i]
+    def _compact(self, text: Any) -> CompactEvidence | None:
         compact = self.compact.get(text, False)
         if compact is False:
             compact = self.compact[text] = compact_evidence(text)
-        if compact is None:
-            return len(self.row(i)) + 1
-        parts = {}
-        for column in SAMPLE_COLUMNS:  # counted in the order `row` counts them
-            if column == "evidence":
-                self._count(column, False)
+        return compact
+
+    def _flagged(self, evidence_text: Any, truth_text: Any) -> tuple[str, str]:
+        """A row's `stale` and `evidence` fields, encoded: its count of stale lines and its evidence with
+        each line's flag, or null and the evidence as it is when either column is not logged."""
+        evidence, truth = self._part("evidence", evidence_text)[::2], self._part("truth", truth_text)[0]
+        if evidence[0] is None or truth is None:
+            return "null", evidence[1]
+        key = (evidence_text, truth_text)
+        if key not in self.flagged:
+            self.flagged[key] = _flag_stale(evidence[0], truth)
+        return self.flagged[key]
+
+    def row(self, i: int) -> str:
+        """Row `i`, encoded."""
+        get, head = self.get, self.heads[i]
+        stale, lines = self._flagged(get["evidence"][i], get["truth"][i])
+        prompt, options, truth = (self._part(c, get[c][i])[2] for c in ("prompt", "options", "truth"))
+        events = self.events.get(head[0], "[]")
+        return f"{encode(head)[:-1]},{stale},{events},{prompt},{lines},{options},{truth}]"
+
+    def costs(self) -> list[int]:
+        """The bytes of every row as `row` writes it, and its comma."""
+        get = self.get
+        # the head without its "]", six commas, the row's "]" and the comma after it
+        costs = [len(encode(head)) + 7 + len(self.events.get(head[0], "[]")) for head in self.heads]
+        for column in ("prompt", "options", "truth"):
+            sizes = {text: len(self._part(column, text)[2]) for text in set(get[column])}
+            costs = [cost + sizes[text] for cost, text in zip(costs, get[column], strict=True)]
+        evidence = zip(costs, get["evidence"], get["truth"], strict=True)
+        return [cost + self._evidence_size(text, truth) for cost, text, truth in evidence]
+
+    def _evidence_size(self, evidence_text: Any, truth_text: Any) -> int:
+        """The bytes of a row's `stale` and `evidence` fields (`_flagged`)."""
+        key = (evidence_text, truth_text)
+        size = self.sizes.get(key)
+        if size is None:
+            compact, truth = self._compact(evidence_text), self._part("truth", truth_text)[0]
+            if compact is None:
+                size = sum(map(len, self._flagged(evidence_text, truth_text)))
+            elif truth is None:
+                size = len("null") + compact.size
             else:
-                parts[column] = self._part(column, i)
-        truth = parts["truth"][0]
-        stale, lines = None, compact.size
-        if truth is not None:
-            stale = 0
-            for h, hop in enumerate(compact.hops):
-                now = truth[h] if h < len(truth) else None
-                n, hop_stale = flag_counts(hop, now)
-                stale += hop_stale
-                # each line grows by its flag: ",null", ",true" or ",false"
-                lines += 5 * n if now is None else 6 * n - hop_stale
-        # six commas, the closing "]" and the comma after the row
-        fixed = len(self._head(i)) + len(self.events.get(self.get["t"][i], "[]")) + 8
-        return (
-            fixed + len(encode(stale)) + lines + sum(len(parts[c][2]) for c in ("prompt", "options", "truth"))
-        )
+                stale, flagged = compact.flagged(truth)
+                size = len(encode(stale)) + flagged
+            self.sizes[key] = size
+        return size
+
+    def malformed(self) -> dict[str, int]:
+        """How many values of each sample column are not in the logged-sample format (a compact
+        evidence text is)."""
+        counts = {}
+        for column in SAMPLE_COLUMNS:
+            texts = self.get[column]
+            if column == "evidence":
+                texts = [text for text in texts if self._compact(text) is None]
+            counts[column] = sum(self._part(column, text)[1] for text in texts)
+        return counts
 
 
 def _flag_stale(evidence: list[list[list[Any]]], truth: list[str | None]) -> tuple[str, str]:
@@ -258,18 +268,17 @@ class _Prepared:
 
 
 def _prepare(stream: Stream) -> _Prepared:
-    malformed: dict[str, int] = {}
     events = _events(stream)
     columns = stream.episodes
     n = len(columns["t"])
     by_t = _events_by_t(events)
-    rows = _Rows(stream, by_t, malformed)
-    costs = [rows.cost(i) for i in range(n)]
+    rows = _Rows(stream, by_t)
+    costs = rows.costs()
     keys = [k or "" for k in columns.get("key", [""] * n)]
     boundaries = [start for _, start in stream.phases[1:]]
     tiers = sample.tiers(columns["t"], columns["success"], boundaries)
     worst = sample.describe([(tier.name, len(tier.rows) - 1, len(tier.rows)) for tier in tiers])
-    logged = _logged(stream, malformed)
+    logged = _logged(stream, rows.malformed())
     fixed = sum(map(len, _stream_parts(stream, worst, logged))) + len(_tag(10**6, "")) + 2
     light = replace(stream, episodes={}, events=stream.events.iloc[0:0])
     return _Prepared(light, by_t, costs, keys, _timelines(events), tiers, logged, _success(stream), fixed)
@@ -331,7 +340,7 @@ def _run_row(i: int, item: _Prepared, config: str) -> dict[str, Any]:
 def _rows_again(item: _Prepared, chosen: list[int]) -> Iterator[str]:
     """The chosen rows of a prepared stream, read and encoded again."""
     stream = replace(item.stream, episodes=read_rows(item.stream, chosen))
-    return map(_Rows(stream, item.events, {}).row, range(len(chosen)))
+    return map(_Rows(stream, item.events).row, range(len(chosen)))
 
 
 def render(root: str | Path, title: str, max_bytes: int) -> tuple[str, int, int]:

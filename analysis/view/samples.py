@@ -100,6 +100,17 @@ class CompactEvidence:
     size: int
     hops: list[str]
 
+    def flagged(self, truth: list[str | None]) -> tuple[int, int]:
+        """(stale lines, the length of the encoding with each line's flag appended) against the truth
+        of each hop (`stale_lines`): a line grows by `,null`, `,true` or `,false`."""
+        stale, size = 0, self.size
+        for i, hop in enumerate(self.hops):
+            now = truth[i] if i < len(truth) else None
+            lines, hop_stale = flag_counts(hop, now)
+            stale += hop_stale
+            size += 5 * lines if now is None else 6 * lines - hop_stale
+        return stale, size
+
 
 def compact_evidence(text: object) -> CompactEvidence | None:
     """`text` as CompactEvidence when it is in the compact form, else None (decode it instead)."""
