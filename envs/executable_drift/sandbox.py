@@ -349,7 +349,8 @@ class Sandbox:
         if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
             os.close(fd)
             raise Refused(f"refused: {os.path.basename(path)} is not a plain file with one link")
-        os.ftruncate(fd, 0)
+        if st.st_size:  # a file created anew (the common case) is empty already
+            os.ftruncate(fd, 0)
         return os.fdopen(fd, "wb")
 
     def read(self, path: str) -> bytes:
@@ -408,8 +409,9 @@ class Sandbox:
     def _folder(self, parts: Sequence[str], path: str, create: bool = False) -> int:
         """A descriptor of the folder `parts` below the root, entered one folder at a time from the held
         root without following a link (created when `create`); the caller closes it. A link or a file
-        on the way is refused; other errors are raised naming `path`."""
-        fd = os.dup(self._fd)
+        on the way is refused; other errors are raised naming `path`. The root's own descriptor is
+        entered from, never closed here (a copy of it is returned for the root itself)."""
+        fd = self._fd
         try:
             for part in parts:
                 try:
@@ -420,15 +422,17 @@ class Sandbox:
                     with contextlib.suppress(FileExistsError):
                         os.mkdir(part, 0o755, dir_fd=fd)
                     inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                os.close(fd)
+                if fd != self._fd:
+                    os.close(fd)
                 fd = inner
         except OSError as exc:
             link = exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(part, fd)  # O_DIRECTORY: ENOTDIR
-            os.close(fd)
+            if fd != self._fd:
+                os.close(fd)
             if link:
                 raise Refused(f"refused: a symbolic link is on the path {self.relative(path)}") from None
             raise type(exc)(exc.errno, exc.strerror, path) from None
-        return fd
+        return fd if fd != self._fd else os.dup(fd)
 
     def restore(self, path: str, files: Mapping[str, bytes]) -> None:
         """Make `path` (a file, or a folder) hold exactly `files` (root-relative paths under `path`).
