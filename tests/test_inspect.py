@@ -40,12 +40,14 @@ class RecordingBackend(SimulatedBackend):
         return await super().complete(request)
 
 
-def run_recorded(results: Path, env: str, memory: str, *more: str) -> tuple[Path, list[Request]]:
+def run_recorded(
+    results: Path, env: str, memory: str, *more: str, phase_length: int = 8
+) -> tuple[Path, list[Request]]:
     RecordingBackend.sent = []
     overrides = [
         f"results_dir={results}",
         f"env={env}",
-        "env.phase_length=8",
+        f"env.phase_length={phase_length}",
         f"memory={memory}",
         "seed=3",
         f"llm._target_={__name__}.RecordingBackend",
@@ -59,9 +61,10 @@ def run_recorded(results: Path, env: str, memory: str, *more: str) -> tuple[Path
     ("env", "memory"), [("executable_drift", "tepa_rev"), ("controlled_drift", "append_only")]
 )
 def test_the_replay_rebuilds_every_prompt_the_run_sent(tmp_path, env, memory):
-    run_dir, sent = run_recorded(tmp_path, env, memory)
+    # each step's replay rebuilds the environment and replays the stream up to it: short phases
+    run_dir, sent = run_recorded(tmp_path, env, memory, phase_length=4)
     steps = pq.read_table(run_dir / "episodes.parquet", columns=["t"]).column("t").to_pylist()
-    assert len(sent) == len(steps) == 32
+    assert len(sent) == len(steps) == 4 * 4  # four phases
     for t, request in zip(steps, sent, strict=True):
         decision = replay_decision(run_dir, t)
         assert decision.prompts == [request.messages]
