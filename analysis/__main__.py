@@ -87,6 +87,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="leave out the experiments DIR's manifest.json lists (make figures writes the others to "
         "results/report)",
     )
+    parser.add_argument(
+        "--others-to",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="with --listed-in: first analyse the experiments its manifest does not list into DIR, as "
+        "--out DIR --not-listed-in would, in the same process (make figures: --others-to results/report)",
+    )
     parser.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="rolling window in episodes")
     parser.add_argument(
         "--tolerance", type=float, default=DEFAULT_TOLERANCE, help="adaptation: distance to the stable level"
@@ -110,7 +118,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="file with the README's backend paragraph (real-LLM runs)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress output")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.others_to is not None and (args.listed_in is None or args.experiments or args.not_listed_in):
+        parser.error("--others-to needs --listed-in, without --experiments or --not-listed-in")
+    return args
+
+
+def passes(args: argparse.Namespace) -> list[argparse.Namespace]:
+    """The analyses one invocation runs: with `--others-to`, the experiments `--listed-in`'s manifest
+    does not list into that folder first (before this analysis rewrites the manifest), then the listed
+    ones. One process for both pays the imports once: `make figures` ran two, and the first, which has
+    nothing to do after `make reproduce`, took a second of it."""
+    if args.others_to is None:
+        return [args]
+    others = {"out": args.others_to, "listed_in": None, "not_listed_in": args.listed_in, "others_to": None}
+    return [argparse.Namespace(**(vars(args) | others)), args]
 
 
 def _start_drawing(parent: int) -> None:
@@ -161,8 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
     try:
-        with drawing_process() as drawing:
-            return report(args, drawing)
+        for one in passes(args):
+            with drawing_process() as drawing:
+                code = report(one, drawing)
+            if code:
+                return code
+        return 0
     except KeyboardInterrupt:
         print("analysis: interrupted (Ctrl-C); the outputs written so far are whole files", file=sys.stderr)
         return 130

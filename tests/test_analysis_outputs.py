@@ -196,6 +196,23 @@ def test_cli_writes_deterministic_tables_figures_and_readme(runs_root, tmp_path)
     assert (out / "README.md").read_text() == readme
 
 
+def test_others_to_writes_what_the_two_invocations_of_make_figures_write(runs_root, tmp_path):
+    def files(folder: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+    two, one = tmp_path / "two", tmp_path / "one"
+    for out in (two, one):  # the committed results list paper_controlled; the sweep is a user's
+        assert main(["--runs", str(runs_root), "--out", str(out), "--experiments", "paper_*", "--quiet"]) == 0
+    runs = ["--runs", str(runs_root), "--quiet"]
+    assert main([*runs, "--out", str(two / "report"), "--not-listed-in", str(two)]) == 0
+    assert main([*runs, "--out", str(two), "--listed-in", str(two)]) == 0
+    assert main([*runs, "--out", str(one), "--listed-in", str(one), "--others-to", str(one / "report")]) == 0
+    assert "tables/sweep_sweep_thresholds.csv" in files(one / "report")
+    assert files(one) == files(two)
+    with pytest.raises(SystemExit):
+        main([*runs, "--out", str(one), "--others-to", str(one / "report")])  # without --listed-in
+
+
 def test_cli_reports_missing_runs(tmp_path):
     assert main(["--runs", str(tmp_path / "nothing"), "--out", str(tmp_path / "out"), "--quiet"]) == 2
 
