@@ -37,13 +37,13 @@ def _make_figures(repo: Path, *variables: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.fixture
-def clone(tmp_path) -> Path:
+@pytest.fixture(scope="module")
+def committed(tmp_path_factory) -> Path:
     """A project folder whose committed results/ hold one analysed experiment, with runs beside them as
-    `make reproduce` leaves them."""
+    `make reproduce` leaves them: analysed and committed once per module."""
     if not (VENV / ".installed-stamp").exists():
         pytest.skip("make figures needs the project's venv (run the suite with make test)")
-    repo = tmp_path / "project"
+    repo = tmp_path_factory.mktemp("committed") / "project"
     repo.mkdir()
     for name in ("Makefile", ".gitignore", "pyproject.toml"):
         shutil.copy(ROOT / name, repo / name)
@@ -54,6 +54,12 @@ def clone(tmp_path) -> Path:
     _git(repo, "add", "-A")
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "results")
     return repo
+
+
+@pytest.fixture
+def clone(committed, tmp_path) -> Path:
+    """The test's own copy of `committed` (file times kept: make still installs nothing)."""
+    return shutil.copytree(committed, tmp_path / "project")
 
 
 def test_make_figures_after_a_user_experiment_leaves_the_committed_results_as_they_were(clone):
