@@ -67,7 +67,7 @@ class Sandbox:
         """`resolve` as a string: the gate checks every argument of every call and needs no Path."""
         return self._resolve(path)[0]
 
-    def _resolve(self, path: str) -> tuple[str, os.stat_result | OSError | None]:
+    def _resolve(self, path: str) -> tuple[str, os.stat_result | int | None]:
         """`real`, and the lstat of the result when `_plain` resolved it (None: not looked at)."""
         if not isinstance(path, str) or not path or "\x00" in path:
             raise Refused(f"invalid path {path!r}")
@@ -79,11 +79,11 @@ class Sandbox:
             raise Refused(f"path escapes the sandbox: {path}")
         return real, last
 
-    def _plain(self, path: str) -> tuple[str, os.stat_result | OSError | None] | None:
+    def _plain(self, path: str) -> tuple[str, os.stat_result | int | None] | None:
         """The resolution of a relative path with no `..` and no symlink on it (the common case),
-        found with one lstat per part, and what the last lstat gave (a status, or the error of a part
+        found with one lstat per part, and what the last lstat gave (a status, or the errno of a part
         that does not exist, which is no symlink; None: no part); None when `os.path.realpath` must
-        decide."""
+        decide. (An errno, not the error: a kept error would hold this frame in a reference cycle.)"""
         if path.startswith("/"):
             return None
         current, last = self._root, None
@@ -96,7 +96,7 @@ class Sandbox:
             try:
                 last = os.lstat(current)
             except OSError as exc:
-                last = exc
+                last = exc.errno
                 continue
             if stat.S_ISLNK(last.st_mode):
                 return None
@@ -108,17 +108,15 @@ class Sandbox:
         one hard link. A path `_plain` resolves needs no lstat beyond its own (the last one's is the
         file's); a string, as tools open it (a Path per argument cost a tenth of a call)."""
         real, st = self._resolve(path)
-        if st is None:
-            if real != os.path.normpath(os.path.join(self._root, path)):
-                raise Refused(f"refused: a symbolic link is on the path {path}")
-            try:
-                st = os.lstat(real)
-            except OSError as exc:
-                st = exc
-        if isinstance(st, FileNotFoundError):
+        if st is None and real != os.path.normpath(os.path.join(self._root, path)):
+            raise Refused(f"refused: a symbolic link is on the path {path}")
+        if st == errno.ENOENT:
             return real
-        if isinstance(st, OSError):
-            raise st
+        if not isinstance(st, os.stat_result):
+            try:
+                st = os.lstat(real)  # not looked at yet, or another error: raised as it is
+            except FileNotFoundError:
+                return real
         if stat.S_ISDIR(st.st_mode):
             return real
         if not stat.S_ISREG(st.st_mode):
