@@ -353,6 +353,13 @@ def test_a_compact_evidence_text_measures_as_its_decoded_value_encodes_and_flags
     for hop_text, hop in zip(compact.hops, value, strict=True):
         flags = stale_lines([hop], [truth])[0]
         assert flag_counts(hop_text, truth) == (len(hop), flags.count(True))
+    assert compact.written(None) == encode(value)
+    for truths in ([truth], [truth, "b<c\x7f", None]):  # a truth for the first hop only, or for each
+        flags = stale_lines(value, truths)
+        hops = zip(value, flags, strict=True)
+        flagged = [[[*line, f] for line, f in zip(*hop, strict=True)] for hop in hops]
+        assert compact.written(truths) == encode(flagged)
+        assert compact.flagged(truths) == (sum(hop.count(True) for hop in flags), len(encode(flagged)))
 
 
 @pytest.mark.parametrize("text", NOT_COMPACT)

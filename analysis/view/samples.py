@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from analysis.streamlog.record import SAMPLE
@@ -92,13 +91,19 @@ _HOPS = re.compile(rf"\[(?:{_HOP}(?:,{_HOP})*)?\]")
 _HOP_AT = re.compile(_HOP)
 
 
-@dataclass(frozen=True)
+_MORE_LINES = re.compile(rf"{_LINE}(?:,{_LINE})*\]\]")
+
+
 class CompactEvidence:
     """An `evidence` text in the compact form: the length of its page encoding (`<` and DEL are the
-    only characters that `encode` writes longer) and each hop's text."""
+    only characters that `encode` writes longer), each hop's text, and its lines' stale flags counted
+    against a truth (`flagged`). A one-hop text that extends an earlier one (`compact_evidence`) counts
+    only its new lines against a truth the earlier one was counted against."""
 
-    size: int
-    hops: list[str]
+    def __init__(self, text: str, hops: list[str], size: int, start: int = 0, earlier: dict | None = None):
+        self.text, self.hops, self.size = text, hops, size
+        self._start, self._earlier = start, earlier or {}
+        self._counts: dict[str | None, tuple[int, int]] = {}  # a one-hop text's flag_counts by truth
 
     def flagged(self, truth: list[str | None]) -> tuple[int, int]:
         """(stale lines, the length of the encoding with each line's flag appended) against the truth
@@ -106,16 +111,68 @@ class CompactEvidence:
         stale, size = 0, self.size
         for i, hop in enumerate(self.hops):
             now = truth[i] if i < len(truth) else None
-            lines, hop_stale = flag_counts(hop, now)
+            lines, hop_stale = flag_counts(hop, now) if len(self.hops) > 1 else self._one_hop(now)
             stale += hop_stale
             size += 5 * lines if now is None else 6 * lines - hop_stale
         return stale, size
 
+    def written(self, truth: list[str | None] | None) -> str:
+        """The text as `encode` writes its value (`<` and DEL are the only characters it writes
+        otherwise), with each line's stale flag appended against the truth of its hop (`stale_lines`)
+        unless the truth is None."""
+        if truth is None:
+            text = self.text
+        elif len(self.hops) == 1:
+            text = _append_flags(self.text, truth[0] if truth else None)
+        else:
+            nows = [truth[i] if i < len(truth) else None for i in range(len(self.hops))]
+            text = "[" + ",".join(map(_append_flags, self.hops, nows)) + "]"
+        return text.replace("\x7f", "\\u007f").replace("<", "\\u003c")
 
-def compact_evidence(text: object) -> CompactEvidence | None:
-    """`text` as CompactEvidence when it is in the compact form, else None (decode it instead)."""
+    def _one_hop(self, truth: str | None) -> tuple[int, int]:
+        counts = self._counts.get(truth)
+        if counts is None:
+            earlier = self._earlier.get(truth)
+            if earlier is None:
+                counts = flag_counts(self.text, truth)
+            else:
+                lines, stale = flag_counts(self.text, truth, self._start)
+                counts = (earlier[0] + lines, earlier[1] + stale)
+            self._counts[truth] = counts
+        return counts
+
+    def extended(self, text: str) -> CompactEvidence | None:
+        """`text` as CompactEvidence when it is this one-hop text with more lines after its own, checked
+        and counted from there; else None."""
+        start = len(self.text) - 1  # after "[[<lines>," where this text has "[[<lines>]]"
+        if len(self.hops) != 1 or self.text == "[[]]" or not text.startswith(self.text[:-2]):
+            return None
+        if text[start - 1 : start] != "," or not _MORE_LINES.fullmatch(text, start):
+            return None
+        size = self.size - 1 + len(text) - start + 5 * (text.count("<", start) + text.count("\x7f", start))
+        return CompactEvidence(text, [text], size, start, self._counts)
+
+
+def _append_flags(hop: str, truth: str | None) -> str:
+    """A compact hop's text with each line's stale flag appended. Split at its quotes, each line is a
+    verdict, a comma, a value and what follows the value: its counts and the first `]` after them."""
+    parts = hop.split('"')
+    for i in range(4, len(parts), 4):
+        verdict, value = parts[i - 3], parts[i - 1]
+        flag = "null" if truth is None else "true" if (verdict == "VALID") != (value == truth) else "false"
+        parts[i] = parts[i].replace("]", f",{flag}]", 1)
+    return '"'.join(parts)
+
+
+def compact_evidence(text: object, last: CompactEvidence | None = None) -> CompactEvidence | None:
+    """`text` as CompactEvidence when it is in the compact form, else None (decode it instead). An
+    Append-Only prompt holds every line of the last one for its key and the new ones: given that
+    one (`last`), only the new lines are checked."""
     if not isinstance(text, str) or not text.isascii():
         return None
+    extended = last.extended(text) if last is not None else None
+    if extended is not None:
+        return extended
     if _ONE_HOP.fullmatch(text):
         hops = [text]
     elif _HOPS.fullmatch(text):
@@ -126,18 +183,19 @@ def compact_evidence(text: object) -> CompactEvidence | None:
             at = hop.end() + 1  # type: ignore[union-attr]
     else:
         return None
-    return CompactEvidence(len(text) + 5 * (text.count("<") + text.count("\x7f")), hops)
+    return CompactEvidence(text, hops, len(text) + 5 * (text.count("<") + text.count("\x7f")))
 
 
-def flag_counts(hop: str, truth: str | None) -> tuple[int, int]:
-    """(lines, stale lines) of a compact hop's text against its truth (`stale_lines`; none stale when
-    the truth is unknown). Every `"` of the text opens or closes a verdict or a value, so `"VALID","`
-    starts exactly the VALID lines and `"VALID","<truth>",` those whose value is the truth (a truth
-    with a `"` is no line's value)."""
-    valid, failed = hop.count('"VALID","'), hop.count('"FAILED","')
+def flag_counts(hop: str, truth: str | None, start: int = 0) -> tuple[int, int]:
+    """(lines, stale lines) of a compact hop's text (its lines from `start`) against its truth
+    (`stale_lines`; none stale when the truth is unknown). Every `"` of the text opens or closes a
+    verdict or a value, so `"VALID","` starts exactly the VALID lines and `"VALID","<truth>",` those
+    whose value is the truth (a truth with a `"` is no line's value)."""
+    valid, failed = hop.count('"VALID","', start), hop.count('"FAILED","', start)
     if truth is None:
         return valid + failed, 0
     if '"' in truth:
         return valid + failed, valid
-    valid_true, failed_true = hop.count(f'"VALID","{truth}",'), hop.count(f'"FAILED","{truth}",')
+    valid_true = hop.count(f'"VALID","{truth}",', start)
+    failed_true = hop.count(f'"FAILED","{truth}",', start)
     return valid + failed, valid - valid_true + failed_true
