@@ -83,8 +83,7 @@ figures: $(STAMP) ## tables, figures and README.md: the listed experiments into 
 	@if [ ! -d results/runs ]; then echo "no results/runs yet (make reproduce writes them): results/ is left as it is"; \
 	elif [ -n "$(EXPERIMENTS)" ]; then \
 		$(BIN)/python -m analysis --runs results/runs --out results --listed-in results --experiments $(EXPERIMENTS); \
-	else $(BIN)/python -m analysis --runs results/runs --out results/report --not-listed-in results && \
-		$(BIN)/python -m analysis --runs results/runs --out results --listed-in results; fi
+	else $(BIN)/python -m analysis --runs results/runs --out results --listed-in results --others-to results/report; fi
 
 # Benchmarks (memory-operation throughput, prompt footprint, end to end, scaling, make reproduce's wall
 # time) into results/bench.json and results/bench.md, then results/README.md picks up the table.
