@@ -377,7 +377,7 @@ def test_only_retrieval_measures_that_benchmark_alone(tmp_path, monkeypatch, cap
     assert bench.main(["--only", "retrieval", "--quick", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["retrieval"] == printed["retrieval"]
     quick = bench.QUICK_ENV_OVERRIDES["preference_stream"]
-    assert calls[2:] == [(1, quick), ("run", 1, (*quick, "seeds=[0]"))]
+    assert calls[2:] == [(1, quick), ("run", 1, (*quick, *bench.QUICK_RETRIEVAL_RUN))]
 
 
 def test_each_module_belongs_to_one_stage_and_built_ins_to_none():

@@ -72,6 +72,8 @@ SCALING_MEMORIES = tuple(m for m in bench_agent.PAPER_MEMORIES if m != "reactive
 RUN_TREE_BEFORE_SAMPLES_BYTES = 383_128_349
 #: --quick's logged-samples timing: one seed of executable drift's shortest phases.
 QUICK_SAMPLES: dict[str, Any] = {"seeds": (0,), "overrides": ("env.phase_length=5",)}
+#: --quick's keyed-against-dense run: one seed of one method (the cost is start-up and configuration).
+QUICK_RETRIEVAL_RUN = ("seeds=[0]", "hydra.sweeper.params.memory=lww")
 #: --quick's CPU breakdown: one experiment's methods on short streams.
 QUICK_BREAKDOWN: dict[str, Any] = {
     "experiments": ("paper_controlled",),
@@ -194,7 +196,8 @@ def retrieval(args: argparse.Namespace) -> dict[str, Any]:
     experiment's run keyed and dense (runners.bench.retrieval)."""
     env = QUICK_ENV_OVERRIDES["preference_stream"] if args.quick else ()
     loop = retrieval_cost(args.repeats, overrides=env)
-    return loop | {"run": run_cost(args.repeats, overrides=[*env, "seeds=[0]"] if args.quick else ())}
+    run = [*env, *QUICK_RETRIEVAL_RUN] if args.quick else ()
+    return loop | {"run": run_cost(args.repeats, overrides=run)}
 
 
 def _read_report(path: Path) -> dict[str, Any] | None:
