@@ -362,6 +362,21 @@ def test_a_compact_evidence_text_measures_as_its_decoded_value_encodes_and_flags
         assert compact.flagged(truths) == (sum(hop.count(True) for hop in flags), len(encode(flagged)))
 
 
+def test_a_text_that_extends_an_earlier_one_measures_as_if_read_alone():
+    earlier = compact_evidence(COMPACT[0])
+    assert earlier is not None and earlier.flagged(["a"]) == compact_evidence(COMPACT[0]).flagged(["a"])
+    more = json.dumps(_LINES[:3], separators=(",", ":"), ensure_ascii=False)[1:-1]
+    longer = COMPACT[0][:-2] + "," + more + "]]"
+    assert earlier.extended(longer) is not None  # its new lines only are checked
+    extended, alone = compact_evidence(longer, earlier), compact_evidence(longer)
+    assert extended is not None and alone is not None and extended.size == alone.size
+    for truths in (["a"], ["z"], [None], []):  # counted against the earlier one's truth, or anew
+        assert extended.flagged(truths) == alone.flagged(truths)
+    assert extended.written(["a"]) == alone.written(["a"])
+    assert compact_evidence(COMPACT[0][:-2] + ',[-0,"VALID","a",1,0]]]', earlier) is None
+    assert compact_evidence('[[,[1,"VALID","a",1,0]]]', compact_evidence("[[]]")) is None
+
+
 @pytest.mark.parametrize("text", NOT_COMPACT)
 def test_evidence_not_in_the_compact_form_is_left_to_the_decoder(text):
     assert compact_evidence(text) is None
