@@ -89,9 +89,7 @@ _HOP = rf"\[(?:{_LINE}(?:,{_LINE})*)?\]"
 _ONE_HOP = re.compile(rf"\[{_HOP}\]")
 _HOPS = re.compile(rf"\[(?:{_HOP}(?:,{_HOP})*)?\]")
 _HOP_AT = re.compile(_HOP)
-
-
-_MORE_LINES = re.compile(rf"{_LINE}(?:,{_LINE})*\]\]")
+_MORE_LINES = re.compile(rf"{_LINE}(?:,{_LINE})*\]\]")  # the lines an extending one-hop text adds
 
 
 class CompactEvidence:
@@ -159,7 +157,7 @@ def _append_flags(hop: str, truth: str | None) -> str:
     parts = hop.split('"')
     for i in range(4, len(parts), 4):
         verdict, value = parts[i - 3], parts[i - 1]
-        flag = "null" if truth is None else "true" if (verdict == "VALID") != (value == truth) else "false"
+        flag = "null" if truth is None else "true" if is_stale(verdict, value, truth) else "false"
         parts[i] = parts[i].replace("]", f",{flag}]", 1)
     return '"'.join(parts)
 
