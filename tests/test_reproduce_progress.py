@@ -104,3 +104,25 @@ def test_a_sweeps_total_counts_every_jobs_seeds_and_other_commands_have_none(tmp
     both = [*run, "experiment=paper_controlled,paper_preference", "memory=lww"]
     assert progress.sweep_total(both, tmp_path) == (20 + 10, tmp_path / "runs")  # two experiments' folders
     assert progress.sweep_total([PY, "-c", "pass"], tmp_path) is None
+
+
+def test_the_time_left_is_the_slot_time_the_remaining_streams_need_over_the_slots(tmp_path):
+    seen = io.StringIO()
+    watching = progress.Progress(stream=seen, tty=False, workers=2)
+    run = [PY, "-m", "runners.run", "-m", f"results_dir={tmp_path}"]
+    watching.add("slow", [*run, "name=slow", "seeds=[0,1,2,3]", "memory=lww,no_memory"])  # 8 streams
+    watching.add("late", [*run, "name=late", "seeds=[0,1]"])  # 2 streams, none finished yet
+    for name in ("slow", "late"):
+        watching.watched[name].composing.join(60)
+    assert watching.line().endswith("time left: estimating")  # nothing finished: no rate yet
+    job = tmp_path / "runs" / "slow" / "controlled_drift" / "lww"
+    for seed, wall in ((0, 9.0), (1, 10.0)):  # one job's streams run together: its slot time is 10 s
+        (job / f"seed={seed}").mkdir(parents=True)
+        (job / f"seed={seed}" / "meta.json").write_text(json.dumps({"n_episodes": 5, "wall_time_s": wall}))
+    watching.tick(force=True)
+    # slow: 6 streams left at 10 s / 2 streams = 5 s each; late: 2 streams at the average, 5 s; 2 slots
+    assert watching.line().endswith("about 0:20 left"), watching.line()
+    watching.ended("slow", ok=True)
+    assert watching.line().endswith("about 0:05 left")  # only late's two streams remain
+    watching.ended("late", ok=True)
+    assert watching.line().endswith("time left: 0:00")

@@ -10,7 +10,12 @@ says when the job ends. Nothing is asked of the children and nothing they write 
 On a terminal (stderr a TTY) one line is redrawn every `TTY_EVERY_S` seconds; elsewhere (a log file)
 one plain line is printed every `PLAIN_EVERY_S` seconds and whenever an experiment ends. Each line gives
 the elapsed time, streams done / total per experiment, the episodes per second of the streams finished
-so far and the time left (each experiment's remaining streams at its own rate so far; the slowest).
+so far and the time left: the experiments share the CPU slots, so it is the slot time
+their remaining streams need, over the slots. A job runs its streams together, so a job's slot time is
+its longest stream's wall time (`wall_time_s` in the stream's meta); an experiment's time per stream is
+that over its finished jobs, and an experiment none of whose streams has finished yet is taken at the
+average of the others. (Jobs that run fewer streams at once than they have, `streams_at_once`, make it
+low; jobs without slots, `--slots 0`, make it high.)
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from runners.launch.slots import cores
 
 #: Seconds between plain lines (stderr not a terminal).
 PLAIN_EVERY_S = 5.0
@@ -76,6 +83,7 @@ class _Watched:
     runs: Path | None = None  # <results_dir>/runs/<experiment name>
     counted: set[str] = field(default_factory=set)  # finished streams' meta.json seen so far
     episodes: int = 0
+    jobs: dict[str, tuple[int, float]] = field(default_factory=dict)  # job folder -> (streams, slot seconds)
     skipped: int = 0
     read: int = 0  # bytes of its output read so far
     tail: bytes = b""
@@ -100,11 +108,15 @@ class Progress:
         every: float | None = None,
         tty: bool | None = None,
         cwd: str | os.PathLike[str] | None = None,
+        workers: int | None = None,
     ) -> None:
+        """`workers`: the jobs that run at once across the experiments (their CPU slots; None: one per
+        core)."""
         self.stream = sys.stderr if stream is None else stream
         self.tty = _isatty(self.stream) if tty is None else tty
         self.every = every if every is not None else (TTY_EVERY_S if self.tty else PLAIN_EVERY_S)
         self.cwd = Path(cwd) if cwd is not None else Path.cwd()
+        self.workers = workers or cores()
         self.start = time.monotonic()
         self.start_wall = time.time()
         self.watched: dict[str, _Watched] = {}
@@ -180,28 +192,28 @@ class Progress:
                 status = " ended" if w.ended and w.ok else " failed" if w.ended else ""
                 parts.append(f"{w.name} {w.done}/{total}{status}")
             episodes = sum(w.episodes for w in self.watched.values())
-            left = self._left(elapsed)
+            left = self._left()
         rate = f"{episodes / elapsed:.0f} ep/s" if elapsed > 0 and episodes else "- ep/s"
         return f"progress {clock(elapsed)} | streams {', '.join(parts) or 'none'} | {rate} | {left}"
 
-    def _left(self, elapsed: float) -> str:
-        """The slowest running experiment's remaining streams at its own rate so far."""
-        etas, unknown = [], False
-        for w in self.watched.values():
-            if w.ended:
-                continue
-            ran = len(w.counted)
-            if w.total is not None and w.done >= w.total:
-                continue  # its last job is ending
-            if w.total is None or ran == 0:
-                unknown = True
-                continue
-            etas.append((w.total - w.done) * elapsed / ran)
-        if all(w.ended for w in self.watched.values()):
+    def _left(self) -> str:
+        """The slot seconds the running experiments' remaining streams need, over the slots (module
+        docstring)."""
+        running = [w for w in self.watched.values() if not w.ended]
+        if not running:
             return "time left: 0:00"
-        if not etas:
-            return "time left: estimating" if unknown else "time left: finishing"
-        return f"about {clock(max(etas))} left"
+        if any(w.total is None for w in running):
+            return "time left: estimating"
+        jobs = [job for w in self.watched.values() for job in w.jobs.values()]
+        if not jobs:
+            return "time left: estimating"
+        average = sum(s for _, s in jobs) / sum(n for n, _ in jobs)
+        need = 0.0
+        for w in running:
+            n = sum(n for n, _ in w.jobs.values())
+            per_stream = sum(s for _, s in w.jobs.values()) / n if n else average
+            need += max(0, (w.total or 0) - w.done) * per_stream
+        return f"about {clock(need / self.workers)} left" if need else "time left: finishing"
 
     # ----- counting
     def _count(self, watched: _Watched) -> None:
@@ -218,7 +230,7 @@ class Progress:
             runs = watched.runs
         if runs is None:
             return
-        new, episodes = [], 0
+        new, episodes, jobs = [], 0, dict(watched.jobs)
         for folder, _, files in os.walk(runs):
             if _META not in files:
                 continue
@@ -228,13 +240,19 @@ class Progress:
             try:
                 if os.stat(path).st_mtime < self.start_wall:
                     continue  # a stream finished before this run (skipped, or another configuration's)
-                episodes += int(json.loads(Path(path).read_bytes()).get("n_episodes") or 0)
-            except (OSError, ValueError, AttributeError):
+                meta = json.loads(Path(path).read_bytes())
+                n, wall = int(meta.get("n_episodes") or 0), float(meta.get("wall_time_s") or 0)
+            except (OSError, ValueError, TypeError, AttributeError):
                 continue  # being replaced, or not ours to read: looked at again next time
             new.append(path)
+            episodes += n
+            job = os.path.dirname(folder)  # its seed=N folders are the job's streams, run together
+            streams, seconds = jobs.get(job, (0, 0.0))
+            jobs[job] = (streams + 1, max(seconds, wall))
         with self._lock:
             watched.counted.update(new)
             watched.episodes += episodes
+            watched.jobs = jobs
 
     # ----- the end
     def summary(self, wall_s: float, results_dir: str | os.PathLike[str] = "results") -> str:

@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.slots is not None and args.slots < 0:
         parser.error(f"--slots must be >= 0, got {args.slots}")
     start = time.perf_counter()
-    progress = Progress()
+    progress = Progress(workers=args.slots)
     result = run_side_by_side(steps(args.results_dir), slots=args.slots, progress=progress)
     wall = round(time.perf_counter() - start, 1)
     if "failed" in result:
