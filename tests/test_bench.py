@@ -3,6 +3,7 @@ structure of its JSON and report. No timing is asserted (these machines are shar
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -431,7 +432,24 @@ def test_a_built_in_functions_time_goes_to_the_stage_of_its_callers(tmp_path):
 def test_the_tool_floor_is_one_real_call_through_the_worker():
     floor = breakdown.tool_floor(calls=50)
     assert floor["total_us"] == pytest.approx(floor["parent_us"] + floor["worker_us"], abs=0.2)
-    assert floor["parent_us"] > 0
+    assert floor["parent_us"] > 0 and floor["in_process_us"] > 0  # the same calls without the worker
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pinning to a CPU needs Linux")
+def test_the_breakdown_profiles_on_one_cpu_as_make_reproduce_runs_a_job_and_then_unpins(monkeypatch):
+    seen = []
+
+    def profile(overrides, seed=0, warm=False):
+        seen.append(os.sched_getaffinity(0))
+        return {"episodes": 1, "cpu_s": 1.0, "stages": dict.fromkeys(breakdown.STAGES, 0.1)}
+
+    monkeypatch.setattr(breakdown, "profile_stream", profile)
+    monkeypatch.setattr(breakdown, "composition_seconds", lambda overrides: 0.0)
+    before = os.sched_getaffinity(0)
+    report = breakdown.breakdown(("paper_controlled",))
+    assert report["paper_controlled"]["jobs"] == len(seen) > 1
+    assert all(cpus == {min(before)} for cpus in seen)
+    assert os.sched_getaffinity(0) == before
 
 
 def test_the_test_suite_timing_runs_make_tests_command_and_reads_its_summary():

@@ -7,7 +7,9 @@ function (a system call, `json.dumps`) has no module, so its time goes to its ca
 proportion to what each spent in it. The tool worker is a child process: its CPU (after the stream,
 once the worker is stopped and reaped) is environment time. A stage's share of the profiled time,
 times the stream's CPU measured without the profiler, is that stage's CPU; times the experiment's
-streams, the experiment's. Configuration per job is measured apart: one composition of the job's
+streams, the experiment's. Everything runs on one CPU, as `make reproduce` runs a job and the processes
+it starts (`runners.launch.slots`): a tool call costs the worker and its job less CPU on one core than
+across two. Configuration per job is measured apart: one composition of the job's
 config, times the three compositions a Hydra multirun makes of each job (the sweeper checks every job
 before launching it, the launcher's worker composes it again, the run composes its options alone for
 the run identity).
@@ -15,7 +17,8 @@ the run identity).
 The floor of an environment is what an episode cannot avoid: the memory operations (retrieve,
 observe, feedback), rendering the prompt and the reader parsing it, from the same profile; for
 executable drift also one real tool call and its file operations (`tool_floor`: the job's inputs and
-artefact written and read, the call through the tool worker), measured alone.
+artefact written and read, the call through the tool worker), measured alone; beside it the same
+tools run in this process, without a worker: what the isolation costs per call.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from runners.bench.clock import children_cpu
 from runners.bench.memory import median
 from runners.compose import compose_config, compose_spec
 from runners.config import ConfigError
+from runners.launch import slots as job_slots
 from runners.registry import swept_memories
 from runners.run import run_spec
 
@@ -161,11 +165,18 @@ def breakdown(
     streams, and the CPU per episode beside the floor's. `extra` adds overrides to every job of an
     experiment (e.g. shorter streams for a smoke run: the figures then describe those). An experiment
     that cannot be built (MemoryAgentBench without its data) is reported as skipped."""
+    with tempfile.TemporaryDirectory(prefix="tepa-bench-slot-") as folder:
+        one_cpu = {job_slots.SLOTS_ENV: str(job_slots.create(folder, 1))}
+        with job_slots.held(one_cpu):
+            return _breakdown(experiments, extra or {}, log)
+
+
+def _breakdown(experiments: Sequence[str], extra: Mapping[str, Sequence[str]], log: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for experiment in experiments:
         log(f"breakdown: {experiment}")
         try:
-            points = [(*p, *(extra or {}).get(experiment, ())) for p in sweep_points(experiment)]
+            points = [(*p, *extra.get(experiment, ())) for p in sweep_points(experiment)]
             seeds = len(compose_spec(points[0]).seeds)
             profiles = [profile_stream(p, warm=i == 0) for i, p in enumerate(points)]
         except (ConfigError, ValueError, OSError, RuntimeError) as exc:
@@ -199,9 +210,10 @@ def tool_floor(calls: int = 1000) -> dict[str, float]:
     """Microseconds of the executable-drift work one episode cannot avoid, measured alone: one tool call
     through the tool worker (each job's right invocation in turn, its inputs in place) and the file
     operations around it (the artefact read for the check, then removed). CPU of this process and of the
-    worker, per call."""
+    worker, per call; and the same calls with the tools run in this process (`in_process_us`), which
+    shows what the worker's isolation (its own process, time limit and file size limit) costs."""
     from envs.executable_drift.env import ExecutableDrift
-    from envs.executable_drift.tools import VERSIONS
+    from envs.executable_drift.tools import TOOLS, VERSIONS
 
     with ExecutableDrift(phase_length=1) as env:
         env.reset(0)
@@ -226,10 +238,18 @@ def tool_floor(calls: int = 1000) -> dict[str, float]:
             box.read_plain(out)
             box.clear(out)
         own, child = time.process_time() - own, _worker_cpu(env.worker.pid) - child
+        alone = time.process_time()
+        for i in range(calls):
+            argv, version, out = work[i % len(work)]
+            TOOLS[argv[0]].run(argv[1:], version, root)
+            box.read_plain(out)
+            box.clear(out)
+        alone = time.process_time() - alone
     return {
         "parent_us": round(own / calls * 1e6, 1),
         "worker_us": round(child / calls * 1e6, 1),
         "total_us": round((own + child) / calls * 1e6, 1),
+        "in_process_us": round(alone / calls * 1e6, 1),
     }
 
 

@@ -709,7 +709,13 @@ def _breakdown_markdown(report: dict[str, Any]) -> list[str]:
         out += [
             "",
             f"One tool call with its file operations, alone: {tool['total_us']:g} us of CPU "
-            f"({tool['parent_us']:g} in the environment's process, {tool['worker_us']:g} in the worker).",
+            f"({tool['parent_us']:g} in the environment's process, {tool['worker_us']:g} in the worker)"
+            + (
+                f"; the same tools run in the environment's process, without the worker's isolation: "
+                f"{tool['in_process_us']:g} us."
+                if "in_process_us" in tool
+                else "."
+            ),
         ]
     return out
 
