@@ -53,6 +53,10 @@ COUNTS = ("epoch", "lifetime")
 STALE_FEEDBACK = ("same_epoch", "active_only", "count")
 
 
+#: Texts of the posterior rule `_rule_text` keeps; emptied when full.
+_RULE_TEXTS = 4096
+
+
 @functools.lru_cache(maxsize=256)
 def _created_reason(source: str) -> str:
     """Why a precedent was created (one string per evidence source, so built once per source)."""
@@ -125,6 +129,7 @@ class PrecedentMemory:
         self._n_hypothesis = 0
         self._reason_params: tuple | None = None
         self._reason_texts: tuple[str, ...] = ()
+        self._rule_texts: dict[tuple[str, int, int], str] = {}
 
     # --- the Memory protocol -------------------------------------------------------------------------
 
@@ -299,8 +304,7 @@ class PrecedentMemory:
         verdict = self._admit(p, t)
         if verdict is None:
             return
-        prior, both, pro, _, _ = self._reasons()
-        reason = f"m_epoch=({prior}+{s})/({both}+{s}+{f})={m:.4f} > {pro}{verdict}"
+        reason = f"{self._rule_text('_epoch', s, f)} > {self._reasons()[2]}{verdict}"
         if p.state is _HYPOTHESIS:
             self._n_hypothesis -= 1
             p.state = _ACTIVE
@@ -342,6 +346,7 @@ class PrecedentMemory:
         )
         if params != self._reason_params:
             self._reason_params = params
+            self._rule_texts = {}
             self._reason_texts = (
                 f"{self.a0:g}",
                 f"{self.a0:g}+{self.b0:g}",
@@ -351,15 +356,26 @@ class PrecedentMemory:
             )
         return self._reason_texts
 
+    def _rule_text(self, which: str, s: int, f: int) -> str:
+        """The posterior mean on counts (s, f) as reasons show it (`which`: "_epoch", or "" for lifetime
+        counts). Formatted once per counts and thresholds: a fact stream promotes thousands of
+        precedents on the same few counts, and `:.4f` costs about a microsecond."""
+        prior, both = self._reasons()[:2]  # first: a change of the thresholds empties the texts
+        text = self._rule_texts.get((which, s, f))
+        if text is None:
+            if len(self._rule_texts) >= _RULE_TEXTS:
+                self._rule_texts.clear()
+            m = (self.a0 + s) / (self.a0 + self.b0 + s + f)
+            text = self._rule_texts[which, s, f] = f"m{which}=({prior}+{s})/({both}+{s}+{f})={m:.4f}"
+        return text
+
     def _revoke_by_posterior(self, p: Precedent, t: int) -> None:
         s, f, which = (p.s, p.f, "") if self._lifetime else (p.s_epoch, p.f_epoch, "_epoch")
-        m = (self.a0 + s) / (self.a0 + self.b0 + s + f)
-        prior, both, _, rev, _ = self._reasons()
+        rule = self._rule_text(which, s, f)
         self._revoke(
             p,
             t,
-            f"posterior: s{which}+f{which}={s}+{f} >= n_min={self.n_min} and "
-            f"m{which}=({prior}+{s})/({both}+{s}+{f})={m:.4f} < {rev}",
+            f"posterior: s{which}+f{which}={s}+{f} >= n_min={self.n_min} and {rule} < {self._reasons()[3]}",
         )
 
     def _revoke_by_recent(self, p: Precedent, t: int) -> None:

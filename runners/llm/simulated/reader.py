@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -91,7 +90,7 @@ class SimulatedBackend:
         # lookups bound to locals. `exp(...) * weight` is `rec * weight`, and a line at or after `now`
         # adds its weight (1.0 * weight is weight): the same floats, summed in the same order.
         known, get, exp = cache.get, scores.get, math.exp
-        for line in _ANY_EVIDENCE_LINE.findall(prompt):
+        for line in _evidence_lines(prompt):
             info = known(line, _UNREAD)
             if info is _UNREAD:
                 info = cache[line] = self._read_line(line)
@@ -142,7 +141,26 @@ class SimulatedBackend:
         """Nothing to release."""
 
 
-_ANY_EVIDENCE_LINE = re.compile(r"^- \[step .*$", re.MULTILINE)
+_LINE_START = "- [step "
+_NEXT_LINE = "\n" + _LINE_START
+
+
+def _evidence_lines(prompt: str) -> list[str]:
+    """Every line of `prompt` that starts like a memory line (what `^- \\[step .*$` finds, multiline),
+    from the first such line to the last: they come in one block, so it is split alone and checked
+    with one count instead of a scan of the whole prompt."""
+    if prompt.startswith(_LINE_START):
+        start = 0
+    elif not (start := prompt.find(_NEXT_LINE) + 1):
+        return []
+    end = prompt.find("\n", prompt.rfind(_NEXT_LINE) + 1)
+    block = prompt[start:] if end < 0 else prompt[start:end]
+    lines = block.split("\n")
+    if block.count(_NEXT_LINE) == len(lines) - 1:
+        return lines
+    return [line for line in lines if line.startswith(_LINE_START)]
+
+
 _HINT_LINE = "\n" + HINT_PREFIX
 _LINE_CACHE = 200_000
 _UNREAD = ("", 0, 0.0)  # a line not read yet (`_read_line` caches None for a line that is not evidence)
