@@ -392,7 +392,10 @@ def main(cfg: DictConfig) -> None:
     except RunInterrupted as exc:
         if hydra_cfg.mode == RunMode.RUN or jobs.in_worker():  # a worker must not take its next job
             _exit_now(exc, say=not jobs.in_worker())  # a launcher says it once for all its workers
-        raise
+        # A multirun's job in the launcher's own process (the basic launcher, joblib with n_jobs=1):
+        # Hydra records an Exception as the job's result and starts the next job, so the sweep would
+        # run on; `Stopped` is no Exception and unwinds to `cli`, which says it in one line.
+        raise jobs.Stopped(exc.signum) from None
     if summary.streams:  # a plan ran nothing
         log.info(summary.describe())
 

@@ -103,3 +103,41 @@ def test_sigterm_to_a_joblib_multirun_stops_every_worker_and_the_rerun_resumes(t
     metas = [json.loads(p.read_text()) for p in sorted(results.glob(f"runs/**/{META}"))]
     assert len(metas) == 3 and all(m["complete"] and m["n_episodes"] == JOB_EPISODES for m in metas)
     assert sorted(m["replayed"] for m in metas) == [0, *sorted(logged.values())]
+
+
+@pytest.mark.parametrize(
+    "launcher",
+    [("hydra/launcher=basic",), ("hydra/launcher=joblib", "hydra.launcher.n_jobs=1")],
+    ids=["basic", "joblib-one-job-at-a-time"],
+)
+def test_sigterm_to_a_multirun_whose_jobs_run_in_its_own_process_stops_the_sweep_not_just_the_job(
+    tmp_path, launcher
+):
+    # Hydra once recorded the stopped job as failed and started the next: the sweep ran on to its end.
+    results = tmp_path / "results"
+    sweep = [arg for arg in SWEEP if not arg.startswith("hydra")]
+    command = [sys.executable, "-m", "runners.run", *sweep, *launcher, f"results_dir={results}"]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            if any(n >= 300 for n in partial_logs(results).values()):
+                break
+            time.sleep(0.05)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        stopped = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM and stopped < 4.0, (proc.returncode, stopped, err)
+    assert b"stopped by SIGTERM" in out and b"Traceback" not in err
+    logged = partial_logs(results)
+    assert len(logged) == 1 and not list(results.glob(f"runs/**/{META}"))  # the next job never started
+
+    rerun = subprocess.run(command, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr
+    metas = [json.loads(p.read_text()) for p in sorted(results.glob(f"runs/**/{META}"))]
+    assert len(metas) == 3 and all(m["complete"] and m["n_episodes"] == JOB_EPISODES for m in metas)
+    assert sorted(m["replayed"] for m in metas) == [0, 0, *logged.values()]
