@@ -339,7 +339,7 @@ def serve(model: LoglikModel, port: int, parallel: int = 1) -> ThreadingHTTPServ
     are evaluated at once (each in its own slot), the others wait their turn."""
     if not 1 <= parallel <= len(model.slots):
         raise ValueError(f"parallel: must be between 1 and the slots ({len(model.slots)}), got {parallel}")
-    lock = threading.BoundedSemaphore(parallel)
+    turns = threading.BoundedSemaphore(parallel)  # requests evaluated at once
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -373,7 +373,7 @@ def serve(model: LoglikModel, port: int, parallel: int = 1) -> ThreadingHTTPServ
                 body = json.loads(raw)
                 if not isinstance(body, dict):
                     raise BadRequest("the body must be a JSON object")
-                with lock:
+                with turns:
                     answer = model.complete(body)
             except (BadRequest, ValueError) as exc:
                 self._error(400, str(exc))
