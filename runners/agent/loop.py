@@ -27,6 +27,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from analysis.streamlog.record import COUNTERS, SAMPLE, STATE_COUNTS, TYPES, EpisodeRecord
@@ -54,6 +55,8 @@ _REPLAYED = {
 }
 
 
+#: The counts of the record a memory's `snapshot()` gives (0 for one it does not keep).
+_COUNTS = (*STATE_COUNTS, *COUNTERS)
 #: The fields `log_samples=False` leaves out of the log (placeholders for the record, then dropped).
 _UNSAMPLED = dict.fromkeys((n for n in SAMPLE if n != "prompt"), "") | episode_quality([], None)
 
@@ -333,7 +336,7 @@ async def run_stream(
             cached=all(r.cached for r in hops) if hops else bool(last.cached),
             truncated=any(r.truncated for r in hops) if hops else bool(last.truncated),
             latency=sum(r.latency for r in hops) if hops else last.latency,
-            **{name: int(snap.get(name, 0)) for name in (*STATE_COUNTS, *COUNTERS)},
+            **dict(zip(_COUNTS, map(int, map(snap.get, _COUNTS, repeat(0))), strict=False)),  # same lengths
             **sample,
             prompt=prompt_json(sent) if log_prompts else "",
         ).row(labels)

@@ -10,12 +10,17 @@ from runners.agent.prompt import LABELS
 
 _ANSWER = re.compile(r"answer\s*(?:is)?\s*[:\-]?\s*(.+)", re.IGNORECASE | re.DOTALL)
 _LEADING_LABEL = re.compile(r"^\(?([A-Z])\)?(?:[\s.):,]|$)")
+_CUE = "Answer: "
 
 
 def parse_choice(reply: str, options: Sequence[str]) -> int | None:
     """Index of the option the reply names: a label ("B", "(B)", "B) ..."), "Answer: B", or the option's
     text; None when it names none (or is ambiguous)."""
     text = reply.strip()
+    if len(text) == len(_CUE) + 1 and text.startswith(_CUE):  # "Answer: B": the rules below give its label
+        idx = LABELS.find(text[-1])
+        if 0 <= idx < len(options):
+            return idx
     m = _ANSWER.search(text)
     candidates = [m.group(1).strip(), text] if m else [text]
     for cand in candidates:

@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from runners.agent.prompt import EVIDENCE_LINE, HINT_PREFIX, LABELS, OPTION_LINE, STEP_LINE, estimate_tokens
+from runners.agent.prompt import EVIDENCE_LINE, HINT_PREFIX, LABELS, STEP_LINE, estimate_tokens
 from runners.llm.backend import Reply, Request
 
 #: The largest evidence weight. A score sums weight x log1p(count) (at most about 44 x weight) over a
@@ -70,7 +70,7 @@ class SimulatedBackend:
         prompt = request.messages[-1]["content"]
         rng = _SplitMix(hashlib.blake2b(f"{request.seed}\x00{prompt}".encode(), digest_size=8).digest())
         tail = prompt.rfind("\nOptions:\n")  # options come last; do not scan the memory lines for them
-        options = [m.group("text") for m in OPTION_LINE.finditer(prompt, tail)] if tail >= 0 else []
+        options = _option_texts(prompt[tail:]) if tail >= 0 else []
         scores = self._scores(prompt)
         if options:
             text = "Answer: " + LABELS[self._choose(options, scores, prompt, rng)]
@@ -159,6 +159,11 @@ def _evidence_lines(prompt: str) -> list[str]:
     if block.count(_NEXT_LINE) == len(lines) - 1:
         return lines
     return [line for line in lines if line.startswith(_LINE_START)]
+
+
+def _option_texts(text: str) -> list[str]:
+    """The text of every option line of `text`: what `runners.agent.prompt.OPTION_LINE` finds, split."""
+    return [line[3:] for line in text.split("\n") if line[1:3] == ") " and "A" <= line[:1] <= "Z"]
 
 
 _HINT_LINE = "\n" + HINT_PREFIX
