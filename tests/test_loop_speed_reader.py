@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from runners.agent.parse import parse_choice
 from runners.agent.prompt import OPTION_LINE
-from runners.llm.simulated.reader import _evidence_lines, _option_texts
+from runners.llm.simulated.reader import SimulatedBackend, _evidence_block, _evidence_lines, _option_texts
 
 ANY_EVIDENCE_LINE = re.compile(r"^- \[step .*$", re.MULTILINE)
 
@@ -21,7 +21,7 @@ TEXTS = st.lists(PIECES, max_size=30).map("".join)
 @settings(max_examples=500, deadline=None)
 @given(TEXTS)
 def test_evidence_lines_are_what_the_multiline_pattern_finds(text):
-    assert _evidence_lines(text) == ANY_EVIDENCE_LINE.findall(text)
+    assert _evidence_lines(_evidence_block(text)) == ANY_EVIDENCE_LINE.findall(text)
 
 
 @settings(max_examples=500, deadline=None)
@@ -37,3 +37,26 @@ def test_option_texts_are_what_the_option_pattern_finds_after_the_options_line(h
 def test_a_one_letter_answer_parses_as_the_general_rules_read_it(letter, options):
     # A tab after the cue takes the general rules, which read it as the space.
     assert parse_choice("Answer: " + letter, options) == parse_choice("Answer:\t" + letter, options)
+
+
+LINE = st.builds(
+    '- [step {}] {} "{}": {}'.format,
+    st.integers(0, 99),
+    st.sampled_from(["VALID", "FAILED"]),
+    st.sampled_from(["a", "b"]),
+    st.sampled_from(["x" * 40, "x" * 41, "x" * 200]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(LINE, max_size=60), min_size=1, max_size=6), st.booleans())
+def test_a_block_read_from_the_one_before_it_scores_as_read_afresh(parts, cut):
+    # Each prompt's memory extends the one before (as Append-Only's do), or, with `cut`, stops one
+    # character into a line the next prompt finishes.
+    reader, lines = SimulatedBackend(), []
+    for part in parts:
+        lines += part
+        block = "\n".join(lines)
+        block = block[:-1] if cut and part else block
+        prompt = f"Step 100. Pick.\nMemory ({len(lines)} entries, oldest first):\n{block}\nOptions:\nA) a"
+        assert reader._scores(prompt) == SimulatedBackend()._scores(prompt)

@@ -60,6 +60,7 @@ class SimulatedBackend:
             raise ValueError(f"half_life={self.half_life}: must be > 0")
         self._calls = 0
         self._lines: dict[str, tuple[str, int, float] | None] = {}
+        self._blocks: dict[str, tuple[str, list[tuple[str, int, float]]]] = {}
 
     async def complete(self, request: Request) -> Reply:
         return self.answer(request)
@@ -83,26 +84,51 @@ class SimulatedBackend:
         now = int(step_m.group("t")) if step_m else 0
         decay = math.log(2.0) / self.half_life
         scores: dict[str, float] = {}
-        cache = self._lines
-        if len(cache) > _LINE_CACHE:
-            cache.clear()
         # The hot loop of long prompts (append-only memories: thousands of lines per decision), with its
         # lookups bound to locals. `exp(...) * weight` is `rec * weight`, and a line at or after `now`
         # adds its weight (1.0 * weight is weight): the same floats, summed in the same order.
-        known, get, exp = cache.get, scores.get, math.exp
-        for line in _evidence_lines(prompt):
-            info = known(line, _UNREAD)
-            if info is _UNREAD:
-                info = cache[line] = self._read_line(line)
-            if info is None:
-                continue
-            value, t, weight = info
+        get, exp = scores.get, math.exp
+        for value, t, weight in self._read_block(_evidence_block(prompt)):
             scores[value] = get(value, 0.0) + (exp((t - now) * decay) * weight if t < now else weight)
         return scores
 
+    def _read_block(self, block: str) -> list[tuple[str, int, float]]:
+        """(value, step, weight) of each memory line of `block`, in order. A memory that keeps every
+        observation of a key (Append-Only) shows that key's lines again at its next decision with new
+        ones appended: a long block that extends the last one beginning with the same line reads only
+        the lines after it. Any other block is read whole."""
+        if len(block) < _SHORT_BLOCK:
+            return self._read_lines(block)
+        cut = block.find("\n")
+        first = block if cut < 0 else block[:cut]
+        last = self._blocks.get(first)
+        done = len(last[0]) if last is not None else 0
+        if last is not None and block.startswith(last[0]) and block[done : done + 1] in ("", "\n"):
+            read = last[1] + self._read_lines(block[done + 1 :]) if len(block) > done else last[1]
+        else:
+            read = self._read_lines(block)
+        if len(self._blocks) >= _BLOCKS:
+            self._blocks.clear()
+        self._blocks[first] = (block, read)
+        return read
+
+    def _read_lines(self, text: str) -> list[tuple[str, int, float]]:
+        """`_read_line` of each memory line of `text`, those that are not None, cached per line: long
+        prompts repeat the same lines episode after episode."""
+        cache = self._lines
+        if len(cache) > _LINE_CACHE:
+            cache.clear()
+        read = []
+        for line in _evidence_lines(text):
+            info = cache.get(line, _UNREAD)
+            if info is _UNREAD:
+                info = cache[line] = self._read_line(line)
+            if info is not None:
+                read.append(info)
+        return read
+
     def _read_line(self, line: str) -> tuple[str, int, float] | None:
-        """(value, step, weight before recency) of one memory line; None if it is not one.
-        Cached per line: long prompts repeat the same lines episode after episode."""
+        """(value, step, weight before recency) of one memory line; None if it is not one."""
         m = EVIDENCE_LINE.match(line)
         if m is None:
             return None
@@ -145,18 +171,22 @@ _LINE_START = "- [step "
 _NEXT_LINE = "\n" + _LINE_START
 
 
-def _evidence_lines(prompt: str) -> list[str]:
-    """Every line of `prompt` that starts like a memory line (what `^- \\[step .*$` finds, multiline),
-    from the first such line to the last: they come in one block, so it is split alone and checked
-    with one count instead of a scan of the whole prompt."""
+def _evidence_block(prompt: str) -> str:
+    """`prompt` from its first line that starts like a memory line to the end of the last ("" if none):
+    memory lines come in one block, found without scanning the rest of the prompt."""
     if prompt.startswith(_LINE_START):
         start = 0
     elif not (start := prompt.find(_NEXT_LINE) + 1):
-        return []
+        return ""
     end = prompt.find("\n", prompt.rfind(_NEXT_LINE) + 1)
-    block = prompt[start:] if end < 0 else prompt[start:end]
-    lines = block.split("\n")
-    if block.count(_NEXT_LINE) == len(lines) - 1:
+    return prompt[start:] if end < 0 else prompt[start:end]
+
+
+def _evidence_lines(text: str) -> list[str]:
+    """The lines of `text` that start like a memory line; of a block (`_evidence_block`), what a multiline
+    `^- \\[step .*$` finds in its prompt. Checked with one count when every line is one."""
+    lines = text.split("\n")
+    if text.startswith(_LINE_START) and text.count(_NEXT_LINE) == len(lines) - 1:
         return lines
     return [line for line in lines if line.startswith(_LINE_START)]
 
@@ -168,6 +198,10 @@ def _option_texts(text: str) -> list[str]:
 
 _HINT_LINE = "\n" + HINT_PREFIX
 _LINE_CACHE = 200_000
+_SHORT_BLOCK = (
+    2048  # characters; shorter blocks are read whole: remembering them would cost more than it saves
+)
+_BLOCKS = 4096  # remembered blocks; emptied when full
 _UNREAD = ("", 0, 0.0)  # a line not read yet (`_read_line` caches None for a line that is not evidence)
 
 
