@@ -18,8 +18,10 @@ class AppendOnly:
     """Every observation stays retrievable, failures included (`Evidence.holds` mirrors
     `Observation.holds`; `Evidence.ref` is the observation's index in the stream this memory saw).
 
-    Items are stored per key so that keyed retrieval costs O(items of the key). Reactive Forgetting and
-    Oracle Reset are this store plus a rule for dropping items (`_drop_key`, `_drop_all`).
+    Items are stored per key so that keyed retrieval costs O(items of the key); a key's items are in
+    chronological order unless an observation came with an earlier step than the one before it (the key
+    is then in `_unordered`), so retrieval need not sort them again. Reactive Forgetting and Oracle Reset
+    are this store plus a rule for dropping items (`_drop_key`, `_drop_all`).
     """
 
     name = "append_only"
@@ -27,6 +29,7 @@ class AppendOnly:
     def __init__(self, top_k: int = DEFAULT_TOP_K) -> None:
         self.top_k = check_int("top_k", top_k, 1)
         self._by_key: dict[Hashable, list[Evidence]] = {}
+        self._unordered: set[Hashable] = set()
         self._size = 0
         self._seen = 0
 
@@ -39,12 +42,14 @@ class AppendOnly:
         if items is None:
             self._by_key[obs.key] = [ev]
         else:
+            if obs.t < items[-1].t:  # refs only grow: (t, ref) order holds while steps do not go back
+                self._unordered.add(obs.key)
             items.append(ev)
 
     def retrieve(self, query: Query) -> list[Evidence]:
         if query.key is not None:
             items = self._by_key.get(query.key)
-            return rank(items, query, self.top_k) if items else []
+            return rank(items, query, self.top_k, query.key not in self._unordered) if items else []
         return rank(chain.from_iterable(self._by_key.values()), query, self.top_k)
 
     def feedback(self, used: list[Evidence], success: bool, t: int) -> None:
@@ -71,6 +76,7 @@ class AppendOnly:
     def _drop_key(self, key: Hashable) -> int:
         """Forget every item of `key`; return how many were dropped."""
         n = len(self._by_key.pop(key, ()))
+        self._unordered.discard(key)
         self._size -= n
         return n
 
@@ -78,5 +84,6 @@ class AppendOnly:
         """Forget everything; return how many items were dropped."""
         n = self._size
         self._by_key.clear()
+        self._unordered.clear()
         self._size = 0
         return n

@@ -34,7 +34,7 @@ from analysis.streamlog.record import COUNTERS, SAMPLE, STATE_COUNTS, TYPES, Epi
 from analysis.streamlog.staleness import episode_quality
 from envs.base import Environment, Task, TruthEnvironment
 from runners.agent.parse import parse_choice, parse_free
-from runners.agent.prompt import labels_for, render
+from runners.agent.prompt import MemoryLines, labels_for, render
 from runners.agent.sample import Sampler, options_json, prompt_json, truth_json
 from runners.llm.backend import Backend, Reply, Request
 from tepa.evidence import Evidence, Ranker
@@ -264,6 +264,7 @@ async def run_stream(
     drain = memory.drain_events if isinstance(memory, EventMemory) else None
     truth = env.truth if isinstance(env, TruthEnvironment) else None
     sampler = Sampler()
+    memory_lines = MemoryLines()
     sent: list[tuple[dict[str, str], ...]] = []  # the current episode's prompts, with log_prompts
     result = StreamResult()
     pending: list[dict[str, Any]] = []  # events of ingest steps, logged with the next episode
@@ -272,7 +273,7 @@ async def run_stream(
     async def ask(t: Task, evidence: list[Evidence]) -> Reply:
         if logged is not None and not log_prompts:
             return next(logged)
-        messages = render(t, evidence)
+        messages = render(t, evidence, memory_lines)
         if log_prompts:
             sent.append(messages)
         if logged is not None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from string import ascii_uppercase
 
 from envs.base import Task
@@ -67,24 +68,64 @@ def one_line(text: str) -> str:
     return text if text.isprintable() else text.translate(_ONE_LINE)
 
 
-def render(task: Task, evidence: Sequence[Evidence]) -> tuple[dict[str, str], ...]:
-    """The system and user messages for one decision."""
-    lines = [f"Step {task.t}. {one_line(task.text)}"]
+def memory_lines(evidence: Sequence[Evidence]) -> str:
+    """The memory lines of `evidence`, one per item, in order."""
+    return "\n".join(map(evidence_line, evidence))
+
+
+class MemoryLines:
+    """`memory_lines` for the prompts of one stream, remembering long ones.
+
+    A memory that keeps every observation of a key (Append-Only, Reactive Forgetting, Oracle Reset)
+    hands that key's items again at its next decision with the new ones appended; looking each of
+    hundreds of items up in `evidence_line`'s cache at every decision was most of rendering such a
+    prompt. So the text of the last long list that began with each item is kept; a list that starts
+    with all of that list's items (the same objects, in order) renders only the items after them. Each
+    kept list holds its items, so a live item's id is its own.
+    """
+
+    SHORT = 16  # lists up to this long are rendered whole: remembering them would cost more than it saves
+    _SIZE = 4096  # remembered lists; emptied when full
+
+    def __init__(self) -> None:
+        self._last: dict[int, tuple[list[Evidence], str]] = {}
+
+    def __call__(self, evidence: Sequence[Evidence]) -> str:
+        if len(evidence) <= self.SHORT:
+            return memory_lines(evidence)
+        last = self._last.get(id(evidence[0]))
+        if last is not None and len(last[0]) <= len(evidence) and all(map(operator.is_, last[0], evidence)):
+            new = evidence[len(last[0]) :]
+            text = "\n".join([last[1], *map(evidence_line, new)]) if new else last[1]
+        else:
+            text = memory_lines(evidence)
+        if len(self._last) >= self._SIZE:
+            self._last.clear()
+        self._last[id(evidence[0])] = (list(evidence), text)
+        return text
+
+
+def render(
+    task: Task, evidence: Sequence[Evidence], lines: Callable[[Sequence[Evidence]], str] = memory_lines
+) -> tuple[dict[str, str], ...]:
+    """The system and user messages for one decision (`lines`: how the memory lines are joined, the
+    same text either way; a stream renders through its `MemoryLines`)."""
+    parts = [f"Step {task.t}. {one_line(task.text)}"]
     if task.hint:
-        lines.append(HINT_PREFIX + one_line(task.hint))
+        parts.append(HINT_PREFIX + one_line(task.hint))
     if evidence:
-        lines.append(f"Memory ({len(evidence)} entries, oldest first):")
-        lines.extend(map(evidence_line, evidence))
+        parts.append(f"Memory ({len(evidence)} entries, oldest first):")
+        parts.append(lines(evidence))
     else:
-        lines.append(NO_MEMORY)
+        parts.append(NO_MEMORY)
     if task.options:
-        lines.append("Options:")
-        lines.extend(f"{LABELS[i]}) {one_line(opt)}" for i, opt in enumerate(task.options))
-        lines.append(LETTER_INSTRUCTION)
+        parts.append("Options:")
+        parts.extend(f"{LABELS[i]}) {one_line(opt)}" for i, opt in enumerate(task.options))
+        parts.append(LETTER_INSTRUCTION)
     else:
-        lines.append('Reply as "Answer: <answer>" with a very concise answer and nothing else.')
+        parts.append('Reply as "Answer: <answer>" with a very concise answer and nothing else.')
     system = SYSTEM_PROMPT if task.instructions is None else task.instructions
-    return ({"role": "system", "content": system}, {"role": "user", "content": "\n".join(lines)})
+    return ({"role": "system", "content": system}, {"role": "user", "content": "\n".join(parts)})
 
 
 def labels_for(task: Task) -> tuple[str, ...]:

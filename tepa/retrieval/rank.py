@@ -264,15 +264,19 @@ def _cosines(rows: np.ndarray, query: np.ndarray) -> np.ndarray:
     return np.multiply(rows, query).sum(axis=1)
 
 
-def rank(candidates: Iterable[Evidence], query: Query, top_k: int = DEFAULT_TOP_K) -> list[Evidence]:
+def rank(
+    candidates: Iterable[Evidence], query: Query, top_k: int = DEFAULT_TOP_K, ordered: bool = False
+) -> list[Evidence]:
     """Select and order retrievable evidence for `query` (see module docstring).
 
-    Callers may pre-filter `candidates` to the query's key for speed; the result is the same.
+    Callers may pre-filter `candidates` to the query's key for speed; the result is the same. A caller
+    whose candidates are already in chronological order (by `t`, then `ref`) says so with `ordered`:
+    a keyed query then keeps them in that order instead of sorting them again.
     """
     key = query.key
     if key is not None:
         found = [e for e in candidates if e.key == key]
-        if len(found) > 1:  # the hot path mostly sees 0 or 1 items: skip the sort call then
+        if len(found) > 1 and not ordered:  # the hot path mostly sees 0 or 1 items: skip the sort call then
             found.sort(key=_chronological)
         return found
     items = list(candidates)
