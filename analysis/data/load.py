@@ -137,7 +137,7 @@ def read_episodes(run_dir: Path) -> tuple[pa.Table, str]:
     One ParquetFile serves both the schema check and the read, single-threaded: files are small and
     load_runs already reads several at once, so the dataset API's and Arrow's thread start-up would
     cost more than the decoding. The logged sample's long texts are not read: the loop logged what they
-    measure in the QUALITY columns.
+    measure in the QUALITY columns. Columns that hold one value are not decoded (`_read_columns`).
     """
     path = run_dir / "episodes.parquet"
     file = pq.ParquetFile(path)
@@ -146,7 +146,7 @@ def read_episodes(run_dir: Path) -> tuple[pa.Table, str]:
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
     quality = [c for c in QUALITY if c in names]
-    table = file.read(columns=[c for c in (*ANALYSIS_COLUMNS, *quality) if c in names], use_threads=False)
+    table = _read_columns(file, [c for c in (*ANALYSIS_COLUMNS, *quality) if c in names])
     check_episodes(table, path)
     try:
         columns = memory_quality.episode_columns(table)
@@ -157,6 +157,63 @@ def read_episodes(run_dir: Path) -> tuple[pa.Table, str]:
     for name, values in columns.items():
         table = table.append_column(name, pa.array(values))
     return table, status
+
+
+def _read_columns(file: pq.ParquetFile, names: list[str]) -> pa.Table:
+    """The columns `names` of `file`, as `file.read` returns them; those its statistics show to hold one
+    value (`_constant_columns`) are built from it instead of decoded. Most columns of a run hold one
+    value (its labels and seed, the counters its method never moves), and decoding a column chunk costs
+    about the same whatever it holds: this halves the decoding of a reproduction's logs."""
+    schema = file.schema_arrow  # built anew at each access
+    fields = [schema.field(c) for c in names]
+    constant = _constant_columns(file, fields)
+    decoded = file.read(columns=[c for c in names if c not in constant], use_threads=False)
+    rows = file.metadata.num_rows
+    columns = [
+        pa.repeat(pa.scalar(constant[f.name], f.type), rows) if f.name in constant else decoded[f.name]
+        for f in fields
+    ]
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=decoded.schema.metadata))
+
+
+def _constant_columns(file: pq.ParquetFile, fields: list[pa.Field]) -> dict[str, object]:
+    """The columns of `fields` (integers, booleans or texts, not nested) that every row group's
+    statistics show to hold a single value and no null, with that value. The file's bytes are the ones
+    its meta.json's checksum records, so these statistics are the ones its writer computed from the
+    values; a column without them (or any other) is decoded."""
+    metadata = file.metadata
+    leaves = file.schema.names
+    groups = [metadata.row_group(g) for g in range(metadata.num_row_groups)]
+    found: dict[str, object] = {}
+    for field in fields:
+        if not groups or leaves.count(field.name) != 1 or not _exact_statistics(field.type):
+            continue
+        values = {_single_value(group, leaves.index(field.name)) for group in groups}
+        if len(values) == 1 and None not in values:
+            found[field.name] = values.pop()
+    return found
+
+
+def _exact_statistics(kind: pa.DataType) -> bool:
+    """Whether a column's min and max statistics are its value when they are equal: integers, booleans
+    and texts; not floats, whose statistics leave NaN out."""
+    return any(
+        is_kind(kind)
+        for is_kind in (
+            pa.types.is_integer,
+            pa.types.is_boolean,
+            pa.types.is_string,
+            pa.types.is_large_string,
+        )
+    )
+
+
+def _single_value(group: pq.RowGroupMetaData, column: int) -> object:
+    """The one value a row group's column chunk holds by its statistics (no null), else None."""
+    stats = group.column(column).statistics
+    if stats is None or not (stats.has_min_max and stats.has_null_count) or stats.null_count:
+        return None
+    return stats.min if stats.min == stats.max and stats.num_values == group.num_rows else None
 
 
 def read_events(run_dir: Path) -> pa.Table:
