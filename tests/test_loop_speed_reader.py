@@ -1,13 +1,15 @@
 """The shortcuts of the simulated reader and of the reply parser find what the plain rules find, in any
 text, not only in a rendered prompt or a simulated reply."""
 
+import math
 import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runners.agent.parse import parse_choice
-from runners.agent.prompt import OPTION_LINE
+from runners.agent.prompt import OPTION_LINE, STEP_LINE
+from runners.llm.simulated import reader as reader_module
 from runners.llm.simulated.reader import SimulatedBackend, _evidence_block, _evidence_lines, _option_texts
 
 ANY_EVIDENCE_LINE = re.compile(r"^- \[step .*$", re.MULTILINE)
@@ -60,3 +62,41 @@ def test_a_block_read_from_the_one_before_it_scores_as_read_afresh(parts, cut):
         block = block[:-1] if cut and part else block
         prompt = f"Step 100. Pick.\nMemory ({len(lines)} entries, oldest first):\n{block}\nOptions:\nA) a"
         assert reader._scores(prompt) == SimulatedBackend()._scores(prompt)
+
+
+def plain_scores(reader, prompt):
+    """The reader's scores as its rule states them: every memory line found, an exp per line."""
+    now = int(m.group("t")) if (m := STEP_LINE.search(prompt)) else 0
+    decay = math.log(2.0) / reader.half_life
+    scores = {}
+    for line in ANY_EVIDENCE_LINE.findall(prompt):
+        if (info := reader._read_line(line)) is not None:
+            value, t, weight = info
+            scores[value] = scores.get(value, 0.0) + (
+                math.exp((t - now) * decay) * weight if t < now else weight
+            )
+    return scores
+
+
+STEPPED = st.lists(
+    st.tuples(st.integers(-30, 300), st.sampled_from(["VALID", "FAILED"]), st.sampled_from(["a", "b"])),
+    max_size=40,
+)
+
+
+PROMPTS = st.lists(st.tuples(st.integers(-20, 400), STEPPED), min_size=1, max_size=5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(PROMPTS, st.sampled_from([1.0, 7.0, 1e3]))
+def test_recency_by_age_gives_the_floats_of_an_exp_per_line(prompts, half_life):
+    # Steps before 0, at or after `now`, and `now` past the table (cut to 64 ages) take every path.
+    reader = SimulatedBackend(half_life=half_life)
+    max_age, reader_module._MAX_AGE = reader_module._MAX_AGE, 64
+    try:
+        for now, lines in prompts:
+            memory = "\n".join(f'- [step {t}] {verdict} "{value}": x' for t, verdict, value in lines)
+            prompt = f"Step {now}. Pick.\nMemory:\n{memory}\nOptions:\nA) a"
+            assert reader._scores(prompt) == plain_scores(reader, prompt)
+    finally:
+        reader_module._MAX_AGE = max_age

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -61,6 +62,8 @@ class SimulatedBackend:
         self._calls = 0
         self._lines: dict[str, tuple[str, int, float] | None] = {}
         self._blocks: dict[str, tuple[str, list[tuple[str, int, float]]]] = {}
+        self._ages_decay: float | None = None
+        self._ages: list[float] = []
 
     async def complete(self, request: Request) -> Reply:
         return self.answer(request)
@@ -82,15 +85,26 @@ class SimulatedBackend:
     def _scores(self, prompt: str) -> dict[str, float]:
         step_m = STEP_LINE.search(prompt)
         now = int(step_m.group("t")) if step_m else 0
+        lines = self._read_block(_evidence_block(prompt))
         decay = math.log(2.0) / self.half_life
-        scores: dict[str, float] = {}
-        # The hot loop of long prompts (append-only memories: thousands of lines per decision), with its
-        # lookups bound to locals. `exp(...) * weight` is `rec * weight`, and a line at or after `now`
-        # adds its weight (1.0 * weight is weight): the same floats, summed in the same order.
-        get, exp = scores.get, math.exp
-        for value, t, weight in self._read_block(_evidence_block(prompt)):
-            scores[value] = get(value, 0.0) + (exp((t - now) * decay) * weight if t < now else weight)
-        return scores
+        try:
+            return _sum_scores(lines, now, self._recency(decay, now))
+        except IndexError:  # a line older than the table goes (a negative step, or `now` past _MAX_AGE)
+            return _sum_scores(
+                lines, now, {now - t: math.exp((t - now) * decay) for _, t, _ in lines if t < now}
+            )
+
+    def _recency(self, decay: float, now: int) -> list[float]:
+        """The recency of a line by its age `now - step`, `exp(-age * decay)`, for every age up to `now`
+        (none past _MAX_AGE), computed once per age: an exp per line was most of reading a long prompt."""
+        if self._ages_decay != decay:
+            self._ages_decay, self._ages = decay, []
+        ages = self._ages
+        if len(ages) <= now < _MAX_AGE:
+            ages.extend(
+                math.exp(-age * decay) for age in range(len(ages), min(max(now + 1, 2 * len(ages)), _MAX_AGE))
+            )
+        return ages
 
     def _read_block(self, block: str) -> list[tuple[str, int, float]]:
         """(value, step, weight) of each memory line of `block`, in order. A memory that keeps every
@@ -171,6 +185,18 @@ _LINE_START = "- [step "
 _NEXT_LINE = "\n" + _LINE_START
 
 
+def _sum_scores(
+    lines: list[tuple[str, int, float]], now: int, recency: Sequence[float] | Mapping[int, float]
+) -> dict[str, float]:
+    """Each value's score: the sum, in line order, of its lines' weights times their recency by age (the
+    hot loop of long prompts). A line at or after `now` adds its weight (1.0 * weight is weight)."""
+    scores: dict[str, float] = {}
+    get = scores.get
+    for value, t, weight in lines:
+        scores[value] = get(value, 0.0) + (recency[now - t] * weight if t < now else weight)
+    return scores
+
+
 def _evidence_block(prompt: str) -> str:
     """`prompt` from its first line that starts like a memory line to the end of the last ("" if none):
     memory lines come in one block, found without scanning the rest of the prompt."""
@@ -198,6 +224,7 @@ def _option_texts(text: str) -> list[str]:
 
 _HINT_LINE = "\n" + HINT_PREFIX
 _LINE_CACHE = 200_000
+_MAX_AGE = 1 << 20  # the recency table's last age: older lines (or a later `now`) compute theirs per prompt
 _SHORT_BLOCK = (
     2048  # characters; shorter blocks are read whole: remembering them would cost more than it saves
 )
