@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import signal
@@ -26,6 +25,7 @@ from analysis.report.ablation import ablation_table
 from analysis.report.figures import (
     Drawing,
     Job,
+    import_matplotlib,
     metric_jobs,
     report_order,
     success_jobs,
@@ -153,14 +153,15 @@ def drawing_process() -> Iterator[Executor]:
     """A second process that draws figures while this one computes the metrics and tables.
 
     Started at once, before any log is read: where the platform forks (Linux) it starts with this
-    process' modules loaded; elsewhere it imports the plotting code while this process reads the logs.
+    process' modules loaded; it imports matplotlib, which this process imports only if it draws too
+    (`collect`), while this process reads the logs.
     It ignores Ctrl-C, which this process handles: on any way out of the block the drawings not started
     are cancelled, and the block ends once the worker has stopped (it also stops when this process is
     killed).
     """
     pool = ProcessPoolExecutor(1, initializer=_start_drawing, initargs=(os.getpid(),))
     try:
-        pool.submit(importlib.import_module, "analysis.report.figures")
+        pool.submit(import_matplotlib)
         yield pool
     finally:
         pool.shutdown(cancel_futures=True)

@@ -6,13 +6,16 @@ process can draw it while the analysis computes, and only the caller writes file
 once every input has been checked. The figures drawn from the logs alone (`log_jobs`) can start before
 the metrics exist; the others need them (`metric_jobs`).
 
-Matplotlib's object API on the Agg canvas (no pyplot, so no global state and no display needed). PNGs
+Matplotlib's object API on the Agg canvas (no pyplot, so no global state and no display needed),
+imported by the first figure (`new_figure`): the report imports this module for its files and jobs, and
+a process that draws nothing need not pay matplotlib's start-up. PNGs
 are written without the "Software" metadata entry (the only version-dependent field), so the same logs
 give byte-identical images with the same matplotlib. Each method keeps one colour across all figures.
 """
 
 from __future__ import annotations
 
+import importlib
 import io
 import textwrap
 import zlib
@@ -20,13 +23,10 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from analysis.data.load import experiment_variants, in_sweep
 from analysis.metrics.compute import NO_MEMORY, ORACLE_RESET, OVERALL, TEPA_REV, Analysis, phase_orders
@@ -40,6 +40,10 @@ from analysis.metrics.display import (
 from analysis.report.timeline import busiest_key, draw_timeline, legend_handles, read_lifecycle, read_phases
 from analysis.report.titles import config_title
 from analysis.streamlog.atomic import SHARED, atomic_write_bytes
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 #: Lifecycle timelines, one seed of one setting of every experiment where a memory logged lifecycle
 #: events: revocation against the ablation without it where both ran, else every method that logged events.
@@ -179,8 +183,27 @@ def set_title(ax: Axes, title: str, **options: float) -> None:
         text.set_text(textwrap.fill(title, per_line))
 
 
+#: The matplotlib modules drawing imports (`new_figure`, `render`).
+MATPLOTLIB = ("matplotlib.figure", "matplotlib.backends.backend_agg")
+
+
+def import_matplotlib() -> None:
+    """Import MATPLOTLIB ahead of the first figure (a drawing process does it while the logs load)."""
+    for name in MATPLOTLIB:
+        importlib.import_module(name)
+
+
+def new_figure(**options: Any) -> Figure:
+    """`matplotlib.figure.Figure(**options)`, matplotlib imported here (see the module docstring)."""
+    from matplotlib.figure import Figure
+
+    return Figure(**options)
+
+
 def render(figure: Figure) -> bytes:
     """The figure as PNG bytes (the same bytes `save_figure` writes)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     FigureCanvasAgg(figure)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=DPI, metadata=PNG_METADATA)
@@ -244,7 +267,7 @@ def success_over_time(
     the episodes of that experiment and env, `variants`: its runs' configuration variants (the title
     names them). A curve identical to an earlier one would hide behind it: its legend entry says so."""
     colors = method_colors(rows["memory"])
-    figure = Figure(figsize=(10, 4.2), layout="constrained")
+    figure = new_figure(figsize=(10, 4.2), layout="constrained")
     ax = figure.add_subplot()
     end = shade_phases(ax, rows, phases)
     curves = success_curves(rows, window)
@@ -289,7 +312,7 @@ def mpi_bars(
     methods = sorted_methods(data["memory"])
     colors = method_colors(methods)
     width = 0.8 / len(methods)
-    figure = Figure(figsize=(max(7.0, 1.3 * len(groups) + 2), 4.2), layout="constrained")
+    figure = new_figure(figsize=(max(7.0, 1.3 * len(groups) + 2), 4.2), layout="constrained")
     ax = figure.add_subplot()
     x = np.arange(len(groups))
     cells = {(r["env"], r["phase"], r["memory"]): r for r in data.to_dict("records")}
@@ -332,7 +355,7 @@ def sweep_heatmap(points: pd.DataFrame, names: list[str], experiment: str, env: 
     grid = points.assign(_one_row=0).pivot_table(
         index=y_name or "_one_row", columns=x_name, values="mean", aggfunc="mean"
     )
-    figure = Figure(figsize=(1.1 * grid.shape[1] + 3, 0.8 * grid.shape[0] + 2), layout="constrained")
+    figure = new_figure(figsize=(1.1 * grid.shape[1] + 3, 0.8 * grid.shape[0] + 2), layout="constrained")
     ax = figure.add_subplot()
     image = ax.imshow(grid.to_numpy(), origin="lower", cmap="viridis", vmin=0, vmax=1, aspect="auto")
     for (r, c), value in np.ndenumerate(grid.to_numpy()):
@@ -367,7 +390,7 @@ def lifecycle_timeline(
     key = next((k for k in map(busiest_key, events.values()) if k is not None), None)
     if key is None:
         return None
-    figure = Figure(figsize=(10, 1.2 + 1.6 * len(run_dirs)), layout="constrained")
+    figure = new_figure(figsize=(10, 1.2 + 1.6 * len(run_dirs)), layout="constrained")
     axes = figure.subplots(len(run_dirs), 1, sharex=True, squeeze=False)[:, 0]
     for ax, (method, run_dir) in zip(axes, run_dirs.items(), strict=True):
         phases, end = read_phases(run_dir)

@@ -12,13 +12,20 @@ import math
 from functools import partial
 
 import pandas as pd
-from matplotlib.figure import Figure
 
 from analysis.data.load import in_sweep
 from analysis.metrics.compute import NO_MEMORY, OVERALL, TEPA_REV, Analysis, phase_orders
 from analysis.metrics.display import env_label, method_label, settings, sorted_experiments, sorted_methods
 from analysis.metrics.memory_quality import LOGGED, METRICS
-from analysis.report.figures import Drawing, Job, method_colors, method_style, render, shade_phases
+from analysis.report.figures import (
+    Drawing,
+    Job,
+    method_colors,
+    method_style,
+    new_figure,
+    render,
+    shade_phases,
+)
 from analysis.report.tables import (
     MISSING,
     Table,
@@ -109,7 +116,7 @@ def stale_share_over_time(
 ) -> Drawing | None:
     """Each method's share of stale lines among the lines its prompts held, over a rolling window of
     `window` episodes pooled over seeds, with the phases shaded; `rows`: that setting's episodes."""
-    figure = Figure(figsize=(10, 4.2), layout="constrained")
+    figure = new_figure(figsize=(10, 4.2), layout="constrained")
     ax = figure.add_subplot()
     end = shade_phases(ax, rows, phases)
     colors = method_colors(rows["memory"])

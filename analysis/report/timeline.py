@@ -4,21 +4,25 @@ Read from `archive.jsonl` alone (every lifecycle event carries the precedent's i
 and its state after the event: the vocabulary of `analysis.streamlog.events`, which any memory that
 logs events keeps, not only TEPA's) and the phase labels of `episodes.parquet`, so drawing needs no harness.
 A precedent's bar runs from its creation to the end of the stream, each stretch in the colour of the
-state it was in (hypothesis, active, revoked); re-promotions are marked, phase boundaries drawn.
+state it was in (hypothesis, active, revoked); re-promotions are marked, phase boundaries drawn. The
+transcript viewer reads the events and phases without drawing: matplotlib is imported only to draw.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import pyarrow.parquet as pq
-from matplotlib.axes import Axes
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
 
 from analysis.streamlog.events import FIELDS, STATES
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
 STATE_COLORS = dict(zip(STATES, ("#bdbdbd", "#2ca02c", "#d62728"), strict=True))
 EVENT_COLUMNS = list(FIELDS)
@@ -80,6 +84,9 @@ def draw_timeline(
 
 def legend_handles() -> list[Patch | Line2D]:
     """Patches for the three states and the re-promotion marker."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     patches: list[Patch | Line2D] = [Patch(color=c, label=s) for s, c in STATE_COLORS.items()]
     marker = Line2D([], [], marker="*", ms=9, ls="none", color="#1f1f1f", label="re-promoted")
     return [*patches, marker]
