@@ -42,7 +42,7 @@ class AppendOnly:
         if items is None:
             self._by_key[obs.key] = [ev]
         else:
-            if obs.t < items[-1].t:  # refs only grow: (t, ref) order holds while steps do not go back
+            if items and obs.t < items[-1].t:  # refs only grow: (t, ref) order holds while t does not go back
                 self._unordered.add(obs.key)
             items.append(ev)
 

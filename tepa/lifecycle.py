@@ -304,7 +304,8 @@ class PrecedentMemory:
         verdict = self._admit(p, t)
         if verdict is None:
             return
-        reason = f"{self._rule_text('_epoch', s, f)} > {self._reasons()[2]}{verdict}"
+        prior, both, pro, _, _ = self._reasons()
+        reason = f"{self._rule_text('_epoch', s, f, prior, both)} > {pro}{verdict}"
         if p.state is _HYPOTHESIS:
             self._n_hypothesis -= 1
             p.state = _ACTIVE
@@ -356,11 +357,11 @@ class PrecedentMemory:
             )
         return self._reason_texts
 
-    def _rule_text(self, which: str, s: int, f: int) -> str:
+    def _rule_text(self, which: str, s: int, f: int, prior: str, both: str) -> str:
         """The posterior mean on counts (s, f) as reasons show it (`which`: "_epoch", or "" for lifetime
-        counts). Formatted once per counts and thresholds: a fact stream promotes thousands of
-        precedents on the same few counts, and `:.4f` costs about a microsecond."""
-        prior, both = self._reasons()[:2]  # first: a change of the thresholds empties the texts
+        counts; `prior`, `both`: from `_reasons()`, called first, which empties the texts when the
+        thresholds change). Formatted once per counts and thresholds: a fact stream promotes thousands
+        of precedents on the same few counts, and `:.4f` costs about a microsecond."""
         text = self._rule_texts.get((which, s, f))
         if text is None:
             if len(self._rule_texts) >= _RULE_TEXTS:
@@ -371,12 +372,9 @@ class PrecedentMemory:
 
     def _revoke_by_posterior(self, p: Precedent, t: int) -> None:
         s, f, which = (p.s, p.f, "") if self._lifetime else (p.s_epoch, p.f_epoch, "_epoch")
-        rule = self._rule_text(which, s, f)
-        self._revoke(
-            p,
-            t,
-            f"posterior: s{which}+f{which}={s}+{f} >= n_min={self.n_min} and {rule} < {self._reasons()[3]}",
-        )
+        prior, both, _, rev, _ = self._reasons()
+        rule = self._rule_text(which, s, f, prior, both)
+        self._revoke(p, t, f"posterior: s{which}+f{which}={s}+{f} >= n_min={self.n_min} and {rule} < {rev}")
 
     def _revoke_by_recent(self, p: Precedent, t: int) -> None:
         n, ok = len(p.recent), sum(p.recent)

@@ -43,9 +43,10 @@ def episodes_table(records: Sequence[Mapping[str, Any]]) -> pa.Table:
     (so a record replayed from the partial log and a fresh one give the same table). Only values that
     are not already JSON's own (str, int, float, bool, None) take the JSON round trip: episodes carry
     plain values, and the round trip per record was most of the cost of writing a stream."""
-    columns: dict[str, None] = {}
-    for record in records:
-        columns.update(dict.fromkeys(record))
+    columns = dict.fromkeys(records[0]) if records else {}
+    if len(set().union(*records)) > len(columns):  # the usual stream's records all have the first's keys
+        for record in records:
+            columns.update(dict.fromkeys(record))
     table = {}
     for name in columns:
         key = name if type(name) is str else json.loads(dumps({name: 0})).popitem()[0]

@@ -1,0 +1,16 @@
+"""The episode table keeps every column of a stream's records, in first-seen order, also when the
+records do not all have the first one's keys (the usual stream's do, and is checked with one union)."""
+
+from analysis.streamlog.encoding import episodes_table
+
+
+def test_records_with_other_keys_give_every_column_in_first_seen_order():
+    records = [{"a": 1, "b": "x"}, {"b": "y", "c": True}, {"a": 2}]
+    table = episodes_table(records)
+    assert table.column_names == ["a", "b", "c"]
+    assert table.to_pydict() == {"a": [1, None, 2], "b": ["x", "y", None], "c": [None, True, None]}
+
+
+def test_records_with_the_first_ones_keys_in_another_order_keep_the_first_ones_order():
+    table = episodes_table([{"a": 1, "b": "x"}, {"b": "y", "a": 2}])
+    assert table.to_pydict() == {"a": [1, 2], "b": ["x", "y"]}
