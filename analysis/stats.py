@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy.special import ndtr, ndtri
 
 CONFIDENCE_LEVEL = 0.95
 N_RESAMPLES = 9999
@@ -129,8 +128,12 @@ def _bca_levels(
     """The BCa interval's quantile levels of every row, (rows, 2), with scipy's formulas.
 
     The acceleration's power is taken per row on scalars, as scipy takes it for a single cell: numpy's
-    vectorised power can differ from the scalar one in the last bit.
+    vectorised power can differ from the scalar one in the last bit. scipy.special is imported here, by
+    the first interval: the analysis then imports it while its drawing process works, not before it
+    reads any log.
     """
+    from scipy.special import ndtr, ndtri
+
     theta_hat = statistic(*data, axis=-1)[:, None]
     below = np.count_nonzero(theta_b < theta_hat, axis=-1) + np.count_nonzero(theta_b <= theta_hat, axis=-1)
     z0 = ndtri(below.astype(theta_hat.dtype) / (2 * theta_b.shape[-1]))
