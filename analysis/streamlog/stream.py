@@ -46,8 +46,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from hydra.errors import CompactHydraException
-
 from analysis.streamlog.atomic import atomic_write_bytes
 from analysis.streamlog.encoding import dumps, fingerprint, jsonl_bytes, parquet_bytes, sha256
 from analysis.streamlog.record import SAMPLE, record_problem
@@ -231,9 +229,26 @@ def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
     return [] if old == new else [prefix.rstrip(".") or "(everything)"]
 
 
-class LogUnwritable(CompactHydraException):
-    """A stream's files cannot be written (a full disk, a read-only or missing folder): one line naming
-    the stream, instead of a traceback. Whatever was logged before stays, and a rerun resumes it."""
+@functools.cache
+def _log_unwritable() -> type[Exception]:
+    """`LogUnwritable`, defined on first use: Hydra shows a `CompactHydraException` as one line, but
+    importing Hydra costs a reader of the logs (the analysis, the viewer) about 0.1 s it does not need."""
+    from hydra.errors import CompactHydraException
+
+    class LogUnwritable(CompactHydraException):
+        """A stream's files cannot be written (a full disk, a read-only or missing folder): one line
+        naming the stream, instead of a traceback. Whatever was logged before stays, and a rerun
+        resumes it."""
+
+    LogUnwritable.__module__, LogUnwritable.__qualname__ = __name__, "LogUnwritable"  # pickles by name
+    return LogUnwritable
+
+
+def __getattr__(name: str) -> Any:
+    """`LogUnwritable` (`_log_unwritable`), the module's one attribute defined on first use."""
+    if name == "LogUnwritable":
+        return _log_unwritable()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _one_line(method: Callable[..., _R]) -> Callable[..., _R]:
@@ -244,7 +259,7 @@ def _one_line(method: Callable[..., _R]) -> Callable[..., _R]:
         try:
             return method(self, *args, **kwargs)
         except OSError as exc:
-            raise LogUnwritable(
+            raise _log_unwritable()(
                 f"{self.dir}: cannot write the stream's logs ({exc.strerror or exc}); what is logged is "
                 "kept: free space or make the folder writable, then rerun the same command to resume"
             ) from None
