@@ -119,18 +119,30 @@ def render(
     else:
         parts.append(NO_MEMORY)
     if task.options:
-        parts.append("Options:")
-        parts.extend(f"{LABELS[i]}) {one_line(opt)}" for i, opt in enumerate(task.options))
-        parts.append(LETTER_INSTRUCTION)
+        parts.append(_options_block(tuple(task.options)))
     else:
         parts.append('Reply as "Answer: <answer>" with a very concise answer and nothing else.')
     system = SYSTEM_PROMPT if task.instructions is None else task.instructions
     return ({"role": "system", "content": system}, {"role": "user", "content": "\n".join(parts)})
 
 
+@functools.lru_cache(maxsize=1 << 12)
+def _options_block(options: tuple[str, ...]) -> str:
+    """The option lines and the instruction to answer with a letter. Cached: a stream shows the same
+    few option lists again and again."""
+    return "\n".join(
+        ["Options:", *(f"{LABELS[i]}) {one_line(opt)}" for i, opt in enumerate(options)), LETTER_INSTRUCTION]
+    )
+
+
 def labels_for(task: Task) -> tuple[str, ...]:
     """The option letters shown for `task` (used for logprob scoring)."""
-    return tuple(LABELS[: len(task.options)])
+    return _labels(len(task.options))
+
+
+@functools.lru_cache(maxsize=64)
+def _labels(n: int) -> tuple[str, ...]:
+    return tuple(LABELS[:n])
 
 
 def completion_prompt(messages: Sequence[dict[str, str]]) -> str:
