@@ -268,11 +268,7 @@ def report(args: argparse.Namespace, drawing: Executor) -> int:
     tables[-1:-1] = memory_tables(analysis)
     write_tables(tables, args.out / "tables", kept.removable_tables)
     log.info("wrote %d tables to %s", len(tables), args.out / "tables")
-    drawings = collect(from_logs + from_memory + from_metrics + timelines)
-    figures = write_figures(drawings, args.out / "figures", kept.removable_figures)
-    figures = report_order(figures + manifest.kept_figures(kept, args.out / "figures"))
-    figures = [replace(f, title=retitle(f.title, f.experiment, analysis.variants)) for f in figures]
-    log.info("wrote %d figures to %s", len(figures), args.out / "figures")
+    # what needs no figure first, while the drawing process draws
     rows = inventory(logs.runs) | {
         e: [config_title(e, analysis.variants), *entry["inventory"][1:]]
         for e, entry in kept.experiments.items()
@@ -283,6 +279,12 @@ def report(args: argparse.Namespace, drawing: Executor) -> int:
     )
     notes = table_notes(analysis, tables, outcomes, sources)
     titles = {e: row[0] for e, row in rows.items()}
+    summary = summary_lines(tables, analysis, page_name)
+    drawings = collect(from_logs + from_memory + from_metrics + timelines)
+    figures = write_figures(drawings, args.out / "figures", kept.removable_figures)
+    figures = report_order(figures + manifest.kept_figures(kept, args.out / "figures"))
+    figures = [replace(f, title=retitle(f.title, f.experiment, analysis.variants)) for f in figures]
+    log.info("wrote %d figures to %s", len(figures), args.out / "figures")
     pages = render_pages(tables, figures, args.out, titles=titles, provenance=sources, notes=notes)
     written = write_pages(pages, args.out, kept.removable_pages)
     readme = write_report(
@@ -292,7 +294,7 @@ def report(args: argparse.Namespace, drawing: Executor) -> int:
         args.out,
         backend_note=note,
         sections=[section(analysis, sources)],
-        summary=summary_lines(tables, analysis, page_name),
+        summary=summary,
         pages={e: page_name(e) for e in titles},
         provenance=sources,
         notes=notes,
