@@ -27,7 +27,7 @@ class ReactiveForgetting(AppendOnly):
         self._clears = 0
 
     def feedback(self, used: list[Evidence], success: bool, t: int) -> None:
-        keys = {e.key for e in used if self.handed_out(e)}  # foreign evidence clears nothing
+        keys = self._own_keys(used)
         if not keys:
             return
         failures = self._failures
@@ -43,6 +43,20 @@ class ReactiveForgetting(AppendOnly):
             failures.pop(key, None)
             self._forgotten += self._drop_key(key)
             self._clears += 1
+
+    def _own_keys(self, used: list[Evidence]) -> set[Hashable]:
+        """The keys of the items in `used` this memory handed out (foreign evidence clears nothing). A
+        key already found is not looked up again: a decision uses many items of one key."""
+        keys: set[Hashable] = set()
+        for e in used:
+            try:
+                if e.key in keys:
+                    continue
+            except TypeError:  # an unhashable key: not one of ours
+                continue
+            if self.handed_out(e):
+                keys.add(e.key)
+        return keys
 
     def snapshot(self) -> dict:
         snap = super().snapshot()

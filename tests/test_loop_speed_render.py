@@ -46,3 +46,16 @@ def test_append_only_stores_retrieve_in_the_order_rank_sorts_into(kind, steps):
         else:
             got = memory.retrieve(Query(key=key))
             assert got == rank(list(got), Query(key=key))
+
+
+def test_reactive_forgetting_counts_the_keys_of_the_items_it_handed_out_once_each():
+    memory = ReactiveForgetting()
+    for t in range(6):
+        memory.observe(Observation(t % 2, "v", True, t))
+    mine = memory.retrieve(Query(key=0)) + memory.retrieve(Query(key=1))
+    # Another key's, an item it never held, an unhashable key.
+    foreign = [Evidence(2, "v", True, 0, ref=0), Evidence(1, "v", True, 9, ref=99)]
+    foreign.append(Evidence([1], "v", True, 0))
+    used = foreign + mine[:1] + foreign + mine
+    assert memory._own_keys(used) == {e.key for e in used if memory.handed_out(e)} == {0, 1}
+    assert memory._own_keys(foreign) == set()
