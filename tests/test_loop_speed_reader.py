@@ -91,13 +91,15 @@ PROMPTS = st.lists(st.tuples(st.integers(-20, 400), STEPPED), min_size=1, max_si
 @settings(max_examples=200, deadline=None)
 @given(PROMPTS, st.sampled_from([1.0, 7.0, 1e3]))
 def test_recency_by_age_gives_the_floats_of_an_exp_per_line(prompts, half_life):
-    # Steps before 0, at or after `now`, and `now` past the table (cut to 64 ages) take every path.
+    # Steps before 0, at or after `now`, and `now` past the table (cut to 64 ages, read from 2 lines on)
+    # take every path.
     reader = SimulatedBackend(half_life=half_life)
     max_age, reader_module._MAX_AGE = reader_module._MAX_AGE, 64
+    table_lines, reader_module._TABLE_LINES = reader_module._TABLE_LINES, 2
     try:
         for now, lines in prompts:
             memory = "\n".join(f'- [step {t}] {verdict} "{value}": x' for t, verdict, value in lines)
             prompt = f"Step {now}. Pick.\nMemory:\n{memory}\nOptions:\nA) a"
             assert reader._scores(prompt) == plain_scores(reader, prompt)
     finally:
-        reader_module._MAX_AGE = max_age
+        reader_module._MAX_AGE, reader_module._TABLE_LINES = max_age, table_lines

@@ -87,23 +87,22 @@ class SimulatedBackend:
         now = int(step_m.group("t")) if step_m else 0
         lines = self._read_block(_evidence_block(prompt))
         decay = math.log(2.0) / self.half_life
-        try:
-            return _sum_scores(lines, now, self._recency(decay, now))
-        except IndexError:  # a line older than the table goes (a negative step, or `now` past _MAX_AGE)
-            return _sum_scores(
-                lines, now, {now - t: math.exp((t - now) * decay) for _, t, _ in lines if t < now}
-            )
+        if len(lines) >= _TABLE_LINES:
+            try:
+                return _sum_scores(lines, now, self._recency(decay, now))
+            except IndexError:  # a line older than the table goes (a negative step, or `now` past _MAX_AGE)
+                pass
+        return _sum_scores(lines, now, {now - t: math.exp((t - now) * decay) for _, t, _ in lines if t < now})
 
     def _recency(self, decay: float, now: int) -> list[float]:
         """The recency of a line by its age `now - step`, `exp(-age * decay)`, for every age up to `now`
-        (none past _MAX_AGE), computed once per age: an exp per line was most of reading a long prompt."""
+        (none past _MAX_AGE), computed once per age: an exp per line was most of reading a long prompt
+        (one of at least _TABLE_LINES lines; a shorter one computes its lines' own)."""
         if self._ages_decay != decay:
             self._ages_decay, self._ages = decay, []
         ages = self._ages
         if len(ages) <= now < _MAX_AGE:
-            ages.extend(
-                math.exp(-age * decay) for age in range(len(ages), min(max(now + 1, 2 * len(ages)), _MAX_AGE))
-            )
+            ages.extend(math.exp(-age * decay) for age in range(len(ages), now + 1))
         return ages
 
     def _read_block(self, block: str) -> list[tuple[str, int, float]]:
@@ -224,6 +223,7 @@ def _option_texts(text: str) -> list[str]:
 
 _HINT_LINE = "\n" + HINT_PREFIX
 _LINE_CACHE = 200_000
+_TABLE_LINES = 32  # memory lines from which a prompt reads its recency from the table by age
 _MAX_AGE = 1 << 20  # the recency table's last age: older lines (or a later `now`) compute theirs per prompt
 _SHORT_BLOCK = (
     2048  # characters; shorter blocks are read whole: remembering them would cost more than it saves
