@@ -429,6 +429,16 @@ def test_a_built_in_functions_time_goes_to_the_stage_of_its_callers(tmp_path):
     )
 
 
+def test_the_standard_librarys_time_goes_to_the_stage_of_its_callers_and_the_loops_is_its_own():
+    import json as json_module
+    import random
+
+    assert breakdown.stage_of(random.__file__) is None and breakdown.stage_of(json_module.__file__) is None
+    assert breakdown.stage_of(str(ROOT / "envs" / "controlled_drift.py")) == "environment"
+    assert breakdown.stage_of(str(ROOT / "runners" / "agent" / "loop.py")) == "loop"
+    assert breakdown.stage_of(pytest.__file__) == "loop"  # an installed package is not the standard library
+
+
 def test_the_tool_floor_is_one_real_call_through_the_worker():
     floor = breakdown.tool_floor(calls=50)
     assert floor["total_us"] == pytest.approx(floor["parent_us"] + floor["worker_us"], abs=0.2)

@@ -27,6 +27,7 @@ import asyncio
 import cProfile
 import os
 import pstats
+import sysconfig
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -63,6 +64,8 @@ _RULES = (
     ("/runners/config.py", "configuration"),
     ("/runners/registry.py", "configuration"),
 )
+#: Where the standard library's modules are.
+_STDLIB = os.path.join(sysconfig.get_paths()["stdlib"], "").replace(os.sep, "/")
 #: The stages whose work no episode can skip (the memory operations, the prompt, the reader parsing it).
 FLOOR_STAGES = ("memory", "prompt", "reader")
 #: Compositions of one job's config in a Hydra multirun (sweeper check, worker, run identity).
@@ -75,15 +78,21 @@ MAB_SOURCES = tuple(
 
 
 def stage_of(filename: str) -> str | None:
-    """The stage of a function defined in `filename`; None for a built-in (no module file); "loop" for
-    anything else (the agent loop, asyncio, the standard library it calls)."""
-    if filename == "~" or filename.startswith("<built-in"):
-        return None
+    """The stage of a function defined in `filename`; None for a built-in (no module file) or a function
+    of the standard library (random.sample for an environment, json for the log: its time is its
+    callers'); "loop" for anything else (the agent loop, the runner)."""
     path = filename.replace(os.sep, "/")
+    if filename == "~" or filename.startswith("<") or _in_stdlib(path):
+        return None
     for fragment, stage in _RULES:
         if fragment in path:
             return stage
     return "loop"
+
+
+def _in_stdlib(path: str) -> bool:
+    """Whether `path` is a module of the standard library (not of a package installed beside it)."""
+    return path.startswith(_STDLIB) and "/site-packages/" not in path and "/dist-packages/" not in path
 
 
 def stage_seconds(stats: pstats.Stats) -> dict[str, float]:
