@@ -439,6 +439,24 @@ def test_the_standard_librarys_time_goes_to_the_stage_of_its_callers_and_the_loo
     assert breakdown.stage_of(pytest.__file__) == "loop"  # an installed package is not the standard library
 
 
+def test_an_executable_stream_is_charged_a_seeds_th_of_the_tool_workers_start(monkeypatch):
+    assert 0 < breakdown.worker_start_cpu(repeats=1) < 5  # a real worker started and stopped
+
+    def profile(overrides, seed=0, warm=False):
+        return {"episodes": 10, "cpu_s": 1.0, "stages": dict.fromkeys(breakdown.STAGES, 1.0 / 7)}
+
+    monkeypatch.setattr(breakdown, "profile_stream", profile)
+    monkeypatch.setattr(breakdown, "composition_seconds", lambda overrides: 0.0)
+    monkeypatch.setattr(breakdown, "tool_floor", lambda: {"total_us": 0.0})
+    monkeypatch.setattr(breakdown, "worker_start_cpu", lambda: 0.2)
+    entry = breakdown.breakdown(("paper_executable",))["paper_executable"]
+    seeds = entry["streams"] // entry["jobs"]
+    # each profiled stream started a worker (0.2 s) that its job's seeds would have shared
+    charged = 0.2 * (1 - 1 / seeds)
+    assert entry["cpu_s"]["environment"] == pytest.approx((1 / 7 - charged) * entry["streams"], abs=0.01)
+    assert entry["us_per_episode"] == pytest.approx((1.0 - charged) / 10 * 1e6, abs=1)
+
+
 def test_the_tool_floor_is_one_real_call_through_the_worker():
     floor = breakdown.tool_floor(calls=50)
     assert floor["total_us"] == pytest.approx(floor["parent_us"] + floor["worker_us"], abs=0.2)

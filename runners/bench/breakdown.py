@@ -3,13 +3,15 @@
 One stream of every sweep point of a paper experiment (each method; each source for MemoryAgentBench)
 runs through the runner (`runners.run.run_spec`: environment, memory, simulated reader, logs) under
 cProfile. Every function's own time goes to the stage of the module it is in (`stage_of`); a built-in
-function (a system call, `json.dumps`) has no module, so its time goes to its callers' stages in
-proportion to what each spent in it. The tool worker is a child process: its CPU (after the stream,
-once the worker is stopped and reaped) is environment time. A stage's share of the profiled time,
-times the stream's CPU measured without the profiler, is that stage's CPU; times the experiment's
-streams, the experiment's. Everything runs on one CPU, as `make reproduce` runs a job and the processes
-it starts (`runners.launch.slots`): a tool call costs the worker and its job less CPU on one core than
-across two. Configuration per job is measured apart: one composition of the job's
+function (a system call, `json.dumps`) or one of the standard library has no stage of its own, so its
+time goes to its callers' stages in proportion to what each spent in it. The tool worker is a child
+process: its CPU (after the stream, once the worker is stopped and reaped) is environment time; a job's
+streams share one worker, so a stream is charged a seeds-th of the worker's start (`worker_start_cpu`),
+not the whole start it made alone. A stage's share of the profiled time, times the stream's CPU
+measured without the profiler, is that stage's CPU; times the experiment's streams, the experiment's.
+Everything runs on one CPU, as `make reproduce` runs a job and the processes it starts
+(`runners.launch.slots`): a tool call costs the worker and its job less CPU on one core than across
+two. Configuration per job is measured apart: one composition of the job's
 config, times the three compositions a Hydra multirun makes of each job (the sweeper checks every job
 before launching it, the launcher's worker composes it again, the run composes its options alone for
 the run identity).
@@ -191,6 +193,8 @@ def _breakdown(experiments: Sequence[str], extra: Mapping[str, Sequence[str]], l
         except (ConfigError, ValueError, OSError, RuntimeError) as exc:
             out[experiment] = {"skipped": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
             continue
+        if experiment == "paper_executable":
+            _share_worker_start(profiles, seeds)
         stages = dict.fromkeys(STAGES, 0.0)
         for prof in profiles:
             for stage, seconds in prof["stages"].items():
@@ -213,6 +217,29 @@ def _breakdown(experiments: Sequence[str], extra: Mapping[str, Sequence[str]], l
             entry["floor_us_per_episode"] = round(entry["floor_us_per_episode"] + tool["total_us"], 1)
         out[experiment] = entry
     return out
+
+
+def _share_worker_start(profiles: list[dict[str, Any]], seeds: int) -> None:
+    """Each profiled stream started a tool worker of its own; a job's streams run at once and share one
+    (`SharedToolWorker`), so each stream is charged 1/seeds of a start, not a whole one."""
+    extra = worker_start_cpu() * (1 - 1 / seeds)
+    for prof in profiles:
+        prof["stages"]["environment"] -= extra
+        prof["cpu_s"] -= extra
+
+
+def worker_start_cpu(repeats: int = 3) -> float:
+    """CPU seconds of starting a tool worker and stopping it (its process and this one's; median)."""
+    from envs.executable_drift.worker import ToolWorker
+
+    times = []
+    with tempfile.TemporaryDirectory(prefix="tepa-bench-worker-") as root:
+        for _ in range(repeats):
+            own, child = time.process_time(), children_cpu()
+            with ToolWorker() as worker:
+                worker.call("publish", [], "1.0", root, 60.0)  # a usage error: starts it, does nothing
+            times.append(time.process_time() - own + children_cpu() - child)
+    return median(times)
 
 
 def tool_floor(calls: int = 1000) -> dict[str, float]:
