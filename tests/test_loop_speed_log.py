@@ -20,8 +20,7 @@ def test_records_with_the_first_ones_keys_in_another_order_keep_the_first_ones_o
     assert table.to_pydict() == {"a": [1, 2], "b": ["x", "y"]}
 
 
-def test_event_texts_remembered_across_a_full_cache_are_written_as_the_encoder_writes_them(monkeypatch):
-    monkeypatch.setattr(encoding, "_ENCODED_SIZE", 3)
+def test_event_texts_remembered_are_written_as_the_encoder_writes_them():
     events = [
         {"t": i, "event": "created", "reason": f'why "{i % 5}"\n', "id": i, "key": "k", "value": "v\u2028",
          "s": 1, "f": 0, "state": ("hypothesis", "active")[i % 2]}

@@ -200,15 +200,8 @@ def _constant_columns(file: pq.ParquetFile, fields: list[pa.Field]) -> dict[str,
 def _exact_statistics(kind: pa.DataType) -> bool:
     """Whether a column's min and max statistics are its value when they are equal: integers, booleans
     and texts; not floats, whose statistics leave NaN out."""
-    return any(
-        is_kind(kind)
-        for is_kind in (
-            pa.types.is_integer,
-            pa.types.is_boolean,
-            pa.types.is_string,
-            pa.types.is_large_string,
-        )
-    )
+    is_ = pa.types
+    return is_.is_integer(kind) or is_.is_boolean(kind) or is_.is_string(kind) or is_.is_large_string(kind)
 
 
 def _single_value(group: pq.RowGroupMetaData, column: int) -> object:

@@ -6,6 +6,7 @@ and a fresh one give the same bytes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import operator
@@ -94,22 +95,17 @@ def _line(row: Mapping[str, Any]) -> str:
     of thousands of events. Any other row goes through the encoder."""
     if tuple(row) == _EVENT_FIELDS and tuple(map(type, row.values())) == _EVENT_TYPES:
         t, event, reason, id_, key, value, s, f, state = row.values()
-        enc, known = c_encode_basestring, _ENCODED.get  # an encoded text is never "": `or` reads a miss
+        enc, known = c_encode_basestring, _encoded
         return (
-            f'{{"t":{t},"event":{known(event) or _encoded(event)},'
-            f'"reason":{known(reason) or _encoded(reason)},"id":{id_},"key":{enc(key)},"value":{enc(value)},'
-            f'"s":{s},"f":{f},"state":{known(state) or _encoded(state)}}}\n'
+            f'{{"t":{t},"event":{known(event)},"reason":{known(reason)},"id":{id_},"key":{enc(key)},'
+            f'"value":{enc(value)},"s":{s},"f":{f},"state":{known(state)}}}\n'
         )
     return dumps(row) + "\n"
 
 
-def _encoded(text: str) -> str:
-    """`text` as the encoder writes it, remembered: an event's name, state and reason repeat across a
-    stream's events (a fact stream's thousands of promotions share a handful of reasons)."""
-    if len(_ENCODED) >= _ENCODED_SIZE:
-        _ENCODED.clear()
-    done = _ENCODED[text] = c_encode_basestring(text)
-    return done
+#: A text as the encoder writes it, remembered: an event's name, state and reason repeat across a
+#: stream's events (a fact stream's thousands of promotions share a handful of reasons).
+_encoded = functools.lru_cache(maxsize=4096)(c_encode_basestring)
 
 
 def dumps(obj: Any, sort_keys: bool = False) -> str:
@@ -151,5 +147,3 @@ _PLAIN_TYPES = frozenset({str, int, float, bool, type(None)})
 
 
 _EVENT_FIELDS, _EVENT_TYPES = tuple(EVENT_FIELDS), tuple(EVENT_FIELDS.values())
-_ENCODED: dict[str, str] = {}  # see _encoded; emptied when it holds _ENCODED_SIZE texts
-_ENCODED_SIZE = 4096

@@ -225,9 +225,8 @@ _HINT_LINE = "\n" + HINT_PREFIX
 _LINE_CACHE = 200_000
 _TABLE_LINES = 32  # memory lines from which a prompt reads its recency from the table by age
 _MAX_AGE = 1 << 20  # the recency table's last age: older lines (or a later `now`) compute theirs per prompt
-_SHORT_BLOCK = (
-    2048  # characters; shorter blocks are read whole: remembering them would cost more than it saves
-)
+#: Characters: shorter memory blocks are read whole (remembering them would cost more than it saves).
+_SHORT_BLOCK = 2048
 _BLOCKS = 4096  # remembered blocks; emptied when full
 _UNREAD = ("", 0, 0.0)  # a line not read yet (`_read_line` caches None for a line that is not evidence)
 
