@@ -138,6 +138,17 @@ class TruthEnvironment(Protocol):
         (a key not of this stream, say). Reads state only: asking never changes the stream."""
 
 
+@runtime_checkable
+class AsyncEnvironment(Protocol):
+    """Optional: an environment whose `execute` waits on something outside the process can offer it as a
+    coroutine too. The agent loop then awaits `execute_async`, so that the streams of a run that wait at
+    the same time can be served together (executable drift sends their tool calls to its worker in one
+    round trip). The outcome must be the one `execute` gives."""
+
+    async def execute_async(self, task: Task, action: str) -> Outcome:
+        """`execute(task, action)`, awaited."""
+
+
 class EnvironmentBase:
     """Defaults for the members most environments need not write: `close` (nothing to release), no
     operational parameters, no data files (`provenance` None).

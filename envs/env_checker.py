@@ -11,6 +11,8 @@ line naming the first property that fails:
 - when it reports the truth (`envs.base.TruthEnvironment`): `truth(key)` of every decision's key is a
   str or None, the same on every pass, None for a key not of the stream, and asking leaves the stream
   alone;
+- when it offers `execute_async` (`envs.base.AsyncEnvironment`): awaiting it gives the outcomes
+  `execute` gives;
 - `close()` can be called twice (the check ends by closing the environment).
 
 The stream is driven as the agent loop drives it: every decision task is executed, with its `correct`
@@ -19,10 +21,11 @@ answer when it has one, else its first option, else an empty answer.
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-from envs.base import TRIAL_KINDS, Environment, Outcome, Task, TruthEnvironment
+from envs.base import TRIAL_KINDS, AsyncEnvironment, Environment, Outcome, Task, TruthEnvironment
 from tepa.protocol import missing_members
 
 Step = tuple[Task, Outcome | None]
@@ -57,6 +60,9 @@ def check_env(
         _run(env, seed, truths=truths[1])
         if truths[0] != truths[1]:
             _fail("truth", f"reset({seed}) twice gave different truths")
+    if isinstance(env, AsyncEnvironment):
+        awaited = _run(env, seed, awaited=True)
+        _same(first, awaited, "execute_async", "awaiting execute_async gave other outcomes than execute")
     if varies_with_seed:
         other = seed + 1 if other_seed is None else other_seed
         if _run(env, other) == first:
@@ -78,11 +84,16 @@ def _check_members(env: Any) -> None:
 
 
 def _run(
-    env: Environment, seed: int, *, trials: bool = False, truths: list[str | None] | None = None
+    env: Environment,
+    seed: int,
+    *,
+    trials: bool = False,
+    truths: list[str | None] | None = None,
+    awaited: bool = False,
 ) -> list[Step]:
     """One pass over the stream of `seed`, executing every decision (and, with `trials`, running a trial of
     every kind on the executed action after it; with `truths`, collecting the truth of every decision's key
-    before it is executed, checked as `_truth` says)."""
+    before it is executed, checked as `_truth` says; with `awaited`, through `execute_async`)."""
     env.reset(seed)
     steps: list[Step] = []
     for task in env.tasks():
@@ -91,7 +102,10 @@ def _run(
             if truths is not None:
                 truths.append(_truth(env, task))  # type: ignore[arg-type]
             action = task.correct or (task.options[0] if task.options else "")
-            outcome = env.execute(task, action)
+            if awaited:
+                outcome = asyncio.run(env.execute_async(task, action))  # type: ignore[attr-defined]
+            else:
+                outcome = env.execute(task, action)
             if trials:
                 precedent = SimpleNamespace(key=task.key, value=action)
                 for kind in TRIAL_KINDS:

@@ -121,6 +121,13 @@ class TrialsShareTheStreamRng(Toy):
         return self.rng.random() < 0.5
 
 
+class AwaitsAnotherOutcome(Toy):
+    """Its `execute_async` answers differently from its `execute`."""
+
+    async def execute_async(self, task: Task, action: str) -> Outcome:
+        return Outcome(action != "x")
+
+
 class ClosesOnce(Toy):
     def __init__(self) -> None:
         super().__init__()
@@ -144,6 +151,7 @@ class ClosesOnce(Toy):
             r"phase boundaries: phase_boundaries is \[\(4, 'b'\)\] but the phase changes at ",
         ),
         (TrialsShareTheStreamRng, r"trials: running trials between tasks changed the stream"),
+        (AwaitsAnotherOutcome, r"execute_async: awaiting execute_async gave other outcomes than execute"),
         (ClosesOnce, r"close: a second close\(\) raised RuntimeError: already closed"),
     ],
 )

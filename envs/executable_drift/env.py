@@ -14,8 +14,9 @@ next `reset` in the same place, see `remove_stale_sandboxes`): the job's inputs 
 artefacts removed, the command line goes through the gate of the `sandbox` module (shlex, a tool whitelist,
 every path confined), a persistent worker (shared by the environments open in one process, e.g. a run's
 seeds) runs the tool under a time limit (the `worker` module; a call whose worker died, e.g. killed
-from outside, is run once more from the swept sandbox, so a restart changes no outcome), and success is
-decided on disk: the expected artefact exists with the expected content and format. A stale invocation
+from outside, is run once more from the swept sandbox, so a restart changes no outcome; the agent loop
+awaits `execute_async`, which sends the call in one batch with the other seeds' waiting calls, and a
+call its batch left unanswered runs again alone the same way), and success is decided on disk: the expected artefact exists with the expected content and format. A stale invocation
 fails with the tool's real argparse error, or runs and leaves the wrong artefact, which the check reports.
 (Parsing touches nothing, so a call that argparse rejects gets that error from the environment itself,
 without a worker round trip.)
@@ -53,7 +54,7 @@ import os
 import random
 import shutil
 import tempfile
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from numbers import Real
 from pathlib import Path
@@ -145,6 +146,8 @@ class ExecutableDrift(EnvironmentBase):
         self._now = 0
         self._tool_calls = 0  # calls that reached a tool: only those can leave what a sweep removes
         self._touched: list[str] | None = []  # what the calls since the last sweep wrote (None: unknown)
+        self._died = False  # a call of the current try found its process dead (see _swept)
+        self._unanswered = False  # a call of the current try was left unanswered by its batch
 
     # ----- the protocol
     def __len__(self) -> int:
@@ -212,6 +215,15 @@ class ExecutableDrift(EnvironmentBase):
         """Run `action` for the task's job. A refused, failed or stopped call is a failure with the
         reason as message; an action that is not a command line at all (not a string, empty, too long,
         unbalanced quotes) writes no observation: there is no invocation to remember."""
+        return _at_once(self._execute(task, action, batched=False))
+
+    async def execute_async(self, task: Task, action: str) -> Outcome:
+        """`execute`, with the tool call sent in one batch with the calls of the other streams of this
+        process that wait at the same time (`SharedToolWorker.submit`): the same outcome, in a shared
+        round trip to the worker."""
+        return await self._execute(task, action, batched=True)
+
+    async def _execute(self, task: Task, action: str, batched: bool) -> Outcome:
         self._require_reset()
         job = self._job_of(task.key)
         t = check_int("task.t", task.t, 0, len(PHASES) * self.phase_length - 1)
@@ -221,7 +233,10 @@ class ExecutableDrift(EnvironmentBase):
         except Refused as exc:
             return Outcome(False, (), str(exc))
         regime = self._regime_at(t)
-        success, message = self._swept(self.sandbox, lambda: self._attempt(self.sandbox, job, argv, regime))
+        sandbox = self.sandbox
+        success, message = await self._swept(
+            sandbox, lambda batch: self._attempt(sandbox, job, argv, regime, batched=batch), batched
+        )
         reported = self._reported(success, self._noise[t] if self._noise else None)
         if reported != success:
             message = "" if reported else "the job's check did not pass"
@@ -248,7 +263,7 @@ class ExecutableDrift(EnvironmentBase):
             other = self._jobs[self._trial_rng.choice([k for k in self._jobs if k != job.key])]
         # the trial's noise draw, made before it runs, so that a rerun (`_swept`) draws nothing more
         u = self._trial_rng.random() if self.outcome_noise.active else None
-        return self._swept(sandbox, lambda: self._run_trial(sandbox, job, argv, kind, other, u))
+        return _at_once(self._swept(sandbox, lambda _: self._run_trial(sandbox, job, argv, kind, other, u)))
 
     def truth(self, key: Hashable) -> str | None:
         """The invocation that does job `key` under the tools' versions at the latest task (what that
@@ -265,22 +280,22 @@ class ExecutableDrift(EnvironmentBase):
             right = self._rendered[(job.key, version)] = job.tool.invocation(job.subject, version)
         return right
 
-    def _run_trial(
+    async def _run_trial(
         self, sandbox: Sandbox, job: Job, argv: list[str], kind: str, other_job: Job | None, u: float | None
     ) -> bool:
         regime = self._regime_at(self._now)
         if kind == "support":
-            return self._reported(self._attempt(sandbox, job, argv, regime)[0], u)
+            return self._reported((await self._attempt(sandbox, job, argv, regime))[0], u)
         if kind == "counterfactual":
             tool = job.tool.name
             stable, full = self._regimes[0][tool], self._regimes[1][tool]
             other = dict(regime, **{tool: full if regime[tool] == stable else stable})
-            return not self._reported(self._attempt(sandbox, job, argv, other)[0], u)
+            return not self._reported((await self._attempt(sandbox, job, argv, other))[0], u)
         assert other_job is not None
         other_job.tool.prepare(sandbox, other_job.subject, other_job.fixture)
-        self._attempt(sandbox, job, argv, regime)
-        correct = other_job.tool.invocation(other_job.subject, regime[other_job.tool.name])
-        ok = self._attempt(sandbox, other_job, split_invocation(correct), regime, restore_inputs=False)[0]
+        await self._attempt(sandbox, job, argv, regime)
+        correct = split_invocation(other_job.tool.invocation(other_job.subject, regime[other_job.tool.name]))
+        ok, _ = await self._attempt(sandbox, other_job, correct, regime, restore_inputs=False)
         return self._reported(ok, u)
 
     def _reported(self, success: bool, u: float | None) -> bool:
@@ -306,15 +321,18 @@ class ExecutableDrift(EnvironmentBase):
         self.close()
 
     # ----- internals
-    def _attempt(
+    async def _attempt(
         self,
         sandbox: Sandbox,
         job: Job,
         argv: list[str],
         regime: Mapping[str, str],
         restore_inputs: bool = True,
+        batched: bool = False,
     ) -> tuple[bool, str]:
-        """Run `argv` for `job` in `sandbox` under `regime`: the one place success is decided."""
+        """Run `argv` for `job` in `sandbox` under `regime`: the one place success is decided. `batched`:
+        the call waits for a batch (`SharedToolWorker.submit`); one the batch left unanswered counts as
+        a call whose process died (see `_swept`)."""
         tool = job.tool
         tool.prepare(sandbox, job.subject, job.fixture, restore_inputs)  # first: a planted link goes
         try:
@@ -327,40 +345,55 @@ class ExecutableDrift(EnvironmentBase):
         if usage is not None:
             return False, usage
         self._tool_calls += 1
-        stopped = self._worker.stopped_calls
-        ok, message = self._worker.call(argv[0], argv[1:], version, str(sandbox.root), self.time_limit)
+        call = (argv[0], argv[1:], version, str(sandbox.root), self.time_limit)
+        result = (await self._worker.submit(call)) if batched else self._worker.run(call)
+        if result is None:
+            self._unanswered = True
+            return False, "the batch was not answered"
+        self._died = self._died or result.died
         written = program.written(argv[1:], version) if program is not None else None
         if self._touched is not None:  # see _swept
-            if written is None or self._worker.stopped_calls != stopped:
+            if written is None or result.stopped:
                 self._touched = None
             else:
                 self._touched.append(sandbox.relative(os.path.normpath(os.path.join(sandbox.root, written))))
-        if not ok:
-            return False, message
+        if not result.ok:
+            return False, result.message
         problem = tool.verify(sandbox, job.subject, job.fixture, regime[tool.name])
-        return (True, message) if problem is None else (False, problem)
+        return (True, result.message) if problem is None else (False, problem)
 
-    def _swept(self, sandbox: Sandbox, run: Callable[[], _T]) -> _T:
-        """`run()`, then `sandbox` swept when it reached a tool (see `_tool_calls`). Run again from the
-        swept sandbox when the tool process died under it: a worker killed from outside must not change an
-        outcome (a call that kills it twice is a failure, as on any run).
+    async def _swept(
+        self, sandbox: Sandbox, run: Callable[[bool], Awaitable[_T]], batched: bool = False
+    ) -> _T:
+        """`run(batched)`, then `sandbox` swept when it reached a tool (see `_tool_calls`). Run again from
+        the swept sandbox, one call at a time, when the tool process died under it: a worker killed from
+        outside must not change an outcome (a call that kills it twice is a failure, as on any run). A
+        call a batch left unanswered is run again the same way, and that does not count as a try.
 
         The sweep is told the paths the built-in tools wrote (`Tool.written`; the restore before a call
         adds and removes files, which their folders show): then it lists only the folders that changed
         (`Sandbox.sweep`). A call that was stopped, or of a tool whose writes are not known (`extra_tools`),
         makes it list every folder."""
-        died, calls = self._worker.died_calls, self._tool_calls
-        self._touched = []
+        calls = self._tool_calls
         try:
-            result = run()
-            if self._worker.died_calls != died:
-                sandbox.sweep(self._layout, SANDBOX_BUDGET)
-                self._touched = []
-                result = run()
+            result = await self._tried(sandbox, run, batched)
+            if self._unanswered:
+                result = await self._tried(sandbox, run, False, swept=True)
+            if self._died:
+                result = await self._tried(sandbox, run, False, swept=True)
             return result
         finally:
             if self._tool_calls != calls:
                 sandbox.sweep(self._layout, SANDBOX_BUDGET, self._touched)
+
+    async def _tried(
+        self, sandbox: Sandbox, run: Callable[[bool], Awaitable[_T]], batched: bool, swept: bool = False
+    ) -> _T:
+        """One try of `run`, from a swept sandbox when `swept` (a try before it may have left anything)."""
+        if swept:
+            sandbox.sweep(self._layout, SANDBOX_BUDGET)
+        self._touched, self._died, self._unanswered = [], False, False
+        return await run(batched)
 
     def _stream(self, rng: random.Random) -> Iterator[Task]:
         for t in range(len(PHASES) * self.phase_length):
@@ -429,6 +462,17 @@ class ExecutableDrift(EnvironmentBase):
     def _require_reset(self) -> None:
         if self._seed is None:
             raise RuntimeError(f"{self.name}: call reset(seed) before using the environment")
+
+
+def _at_once(work: Coroutine[Any, Any, _T]) -> _T:
+    """The result of `work`, a coroutine that never suspends (its tool calls are made at once, not
+    batched): the synchronous `execute` and `trial` share the asynchronous path's code."""
+    try:
+        work.send(None)
+    except StopIteration as done:
+        return done.value
+    work.close()
+    raise RuntimeError("a tool call made at once waited for a batch")
 
 
 def remove_stale_sandboxes(parent: str | None) -> list[Path]:

@@ -32,7 +32,7 @@ from typing import Any
 
 from analysis.streamlog.record import COUNTERS, SAMPLE, STATE_COUNTS, TYPES, EpisodeRecord
 from analysis.streamlog.staleness import episode_quality
-from envs.base import Environment, Task, TruthEnvironment
+from envs.base import AsyncEnvironment, Environment, Task, TruthEnvironment
 from runners.agent.parse import parse_choice, parse_free
 from runners.agent.prompt import MemoryLines, labels_for, render
 from runners.agent.sample import Sampler, options_json, prompt_json, truth_json
@@ -263,6 +263,7 @@ async def run_stream(
     boundaries = dict(env.phase_boundaries)
     drain = memory.drain_events if isinstance(memory, EventMemory) else None
     truth = env.truth if isinstance(env, TruthEnvironment) else None
+    execute_async = env.execute_async if isinstance(env, AsyncEnvironment) else None
     sampler = Sampler()
     memory_lines = MemoryLines()
     sent: list[tuple[dict[str, str], ...]] = []  # the current episode's prompts, with log_prompts
@@ -310,7 +311,7 @@ async def run_stream(
             }
         else:
             sample = _UNSAMPLED
-        outcome = env.execute(task, d.action)
+        outcome = await execute_async(task, d.action) if execute_async else env.execute(task, d.action)
         for obs in outcome.observations:
             memory.observe(obs)
         if outcome.feedback:
