@@ -63,6 +63,11 @@ _PROJECT_PACKAGES = ("tepa.", "baselines.", "envs.", "runners.")
 PROTOCOLS: dict[str, type] = {"env": Environment, "memory": Memory, "llm": Backend}
 
 
+#: The project's resolvers, each a function of its arguments alone (no clock, no environment): a value
+#: that uses only these and references resolves the same in every composition of the same options.
+PURE_RESOLVERS = frozenset({"tepa.removeprefix", "tepa.default"})
+
+
 class ConfigError(CompactHydraException):
     """A config that cannot run. Hydra prints it as its message alone (no traceback) and exits 1."""
 

@@ -109,15 +109,18 @@ class RunSummary:
         )
 
 
-def execute(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSummary:
+def execute(
+    cfg: DictConfig, choices: Mapping[str, str | None], hydra: DictConfig | None = None
+) -> RunSummary:
     """Validate a composed config and run it (`choices`: the selected group options, for labels and
-    the stream directories). SIGINT and SIGTERM stop it with `RunInterrupted`. With `plan=true`, print
+    the stream directories; `hydra`: the Hydra node it was composed with, when `cfg` lacks it, as a
+    running job's does). SIGINT and SIGTERM stop it with `RunInterrupted`. With `plan=true`, print
     its plan instead (`runners.plan`) and run nothing."""
     spec = validate(cfg, choices)
     if spec.plan:
         print(plan.plan(spec).describe(f"{spec.name} {spec.env.label} {spec.memory.label}"), flush=True)
         return RunSummary(())
-    variant = variant_of(cfg, choices, str(CONF_DIR))
+    variant = variant_of(cfg, choices, str(CONF_DIR), hydra)
     with slots.held():  # a no-op unless `make reproduce` shares the cores among its experiments
         return run_interruptible(run_spec(spec, variant))
 
@@ -388,7 +391,7 @@ def main(cfg: DictConfig) -> None:
     scrub_logs()
     hydra_cfg = HydraConfig.get()
     try:
-        summary = execute(cfg, hydra_cfg.runtime.choices)
+        summary = execute(cfg, hydra_cfg.runtime.choices, hydra_cfg)
     except RunInterrupted as exc:
         if hydra_cfg.mode == RunMode.RUN or jobs.in_worker():  # a worker must not take its next job
             _exit_now(exc, say=not jobs.in_worker())  # a launcher says it once for all its workers

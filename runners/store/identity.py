@@ -28,10 +28,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from runners.compose import compose_config
-from runners.config import RunSpec
+from runners.config import PURE_RESOLVERS, RunSpec
 from runners.embed.retrieval import KEYS as RETRIEVAL_KEYS
 from runners.embed.retrieval import OPERATIONAL as RETRIEVAL_OPERATIONAL
 from runners.registry import HARNESS_KEYS, import_target
@@ -43,6 +43,12 @@ RUN_KEYS = ("max_episodes", "max_evidence")
 _AMBIGUOUS_START = ("[", "{")  # a text value that starts so reads as a list or mapping in a name
 _SAFE = re.compile(r"[A-Za-z0-9_.=+,-]{1,120}")
 _REFERENCE = re.compile(r"\$\{\s*(\.?[A-Za-z_][\w.]*)\s*\}")
+# Every `${...}` in a text: the key or resolver name, and ":" when it calls a resolver.
+_INTERPOLATION = re.compile(r"\$\{\s*([^\s:{}$]*)\s*(:?)")
+# The roots of the values `variant_of` compares: the components, retrieval and the run keys.
+COMPARED = (*GROUPS, "retrieval", *RUN_KEYS)
+# Hydra's groups whose options set only the `hydra` node.
+_HYDRA_GROUPS = ("hydra/launcher", "hydra/sweeper")
 
 
 @dataclass(frozen=True)
@@ -59,10 +65,17 @@ class Variant:
     chosen_targets: frozenset[str] = frozenset()
 
 
-def variant_of(cfg: DictConfig, choices: Mapping[str, str | None], conf_dir: str) -> Variant:
-    """Compare `cfg` with the config composed from the same options (no value overrides)."""
+def variant_of(
+    cfg: DictConfig, choices: Mapping[str, str | None], conf_dir: str, hydra: DictConfig | None = None
+) -> Variant:
+    """Compare `cfg` with the config composed from the same options (no value overrides): `cfg` itself
+    when its overrides provably change none of the compared values (`_composes_as_own`). `hydra`: the
+    Hydra node `cfg` was composed with (a running job's `HydraConfig.get()`); None: `cfg`'s own."""
     options = {g: str(choices[g]) for g in (*GROUPS, "experiment") if choices.get(g)}
-    base = _compose(tuple(f"{g}={c}" for g, c in options.items()), conf_dir)
+    if _composes_as_own(cfg, options, hydra if hydra is not None else cfg.get("hydra")):
+        base = cfg
+    else:
+        base = _compose(tuple(f"{g}={c}" for g, c in options.items()), conf_dir)
     overrides: dict[str, Any] = {}
     chosen = set()
     for group in GROUPS:
@@ -125,6 +138,82 @@ def _retrieval_overrides(cfg: DictConfig, base: DictConfig) -> dict[str, Any]:
         for k in sorted(set(ours) | set(theirs))
         if ours.get(k) != theirs.get(k) and not (k in defaults and ours.get(k) == defaults[k])
     }
+
+
+def _composes_as_own(cfg: DictConfig, options: Mapping[str, str], hydra: DictConfig | None) -> bool:
+    """Whether the config composed from `options` alone provably has `cfg`'s compared values, so that
+    composing it (as long as composing `cfg` itself) can be skipped: every job of a paper sweep.
+
+    Both are composed from the same group options, so they differ only in the overrides applied after:
+    `cfg`'s value overrides (`results_dir=...`) and Hydra's own (`hydra.launcher.n_jobs=1`). They have
+    the same compared values when `options` are `cfg`'s own choices and every group it chose is one of
+    them, no override sets a compared node (`COMPARED`), a Hydra override sets only the `hydra` node, and
+    every compared value refers only to compared nodes, through resolvers that are functions of their
+    arguments alone (not `${now:...}` or `${hydra:...}`)."""
+    if not isinstance(hydra, DictConfig):  # no Hydra node: nothing lists the overrides
+        return False
+    groups = set(hydra.runtime.choices)
+    own = {g: str(c) for g, c in hydra.runtime.choices.items() if g in (*GROUPS, "experiment") and c}
+    return (
+        own == dict(options)
+        and all(_app_override_kept(o, options, groups) for o in hydra.overrides.task)
+        and all(_hydra_override_kept(o) for o in hydra.overrides.hydra)
+        and all(_refers_within(cfg, root) for root in COMPARED if root in cfg)
+    )
+
+
+def _app_override_kept(override: str, options: Mapping[str, str], groups: set[str]) -> bool:
+    """Whether a command-line override leaves every compared value as `options` compose it: it chooses
+    one of their groups' options, or sets a key outside the compared nodes."""
+    key, sep, _ = override.partition("=")
+    key = key.lstrip("+")
+    if not sep or key.startswith("~") or "@" in key:  # a deletion or a package move: compose instead
+        return False
+    if key in groups:
+        return key in options
+    return "/" not in key and _root(key) not in COMPARED
+
+
+def _hydra_override_kept(override: str) -> bool:
+    """Whether a Hydra override sets only the `hydra` node: a value under it (but the config search
+    path, which decides what every option composes to) or the choice of launcher or sweeper."""
+    key = override.partition("=")[0].lstrip("+")
+    return (key.startswith("hydra.") and key != "hydra.searchpath") or key in _HYDRA_GROUPS
+
+
+def _refers_within(cfg: DictConfig, root: str) -> bool:
+    """Whether every interpolation in `cfg[root]` is a reference into a compared node or a pure resolver
+    (`runners.config.PURE_RESOLVERS`), so that it resolves the same whatever is overridden elsewhere."""
+    if OmegaConf.is_interpolation(cfg, root):
+        return False
+    node = cfg[root]
+    if not isinstance(node, DictConfig | ListConfig):
+        return True
+    raw = OmegaConf.to_container(node, resolve=False)
+    return all(_kept_reference(*found) for text in _texts(raw) for found in _INTERPOLATION.findall(text))
+
+
+def _kept_reference(name: str, resolver: str) -> bool:
+    """One `${...}` (its key or resolver `name`; `resolver`: ":" for a resolver call)."""
+    if resolver:
+        return name in PURE_RESOLVERS
+    if name.startswith("."):  # relative: within its own node, unless it climbs out (`${..name}`)
+        return not name.startswith("..")
+    return _root(name) in COMPARED
+
+
+def _texts(value: Any) -> list[str]:
+    """Every text in a container's values, however deep."""
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _texts(v)]
+    if isinstance(value, list):
+        return [t for v in value for t in _texts(v)]
+    return [value] if isinstance(value, str) else []
+
+
+def _root(key: str) -> str:
+    """The top-level key of a dotted key (`env.phases[0].name`: `env`)."""
+    return re.split(r"[.\[]", key, maxsplit=1)[0]
 
 
 @functools.lru_cache(maxsize=64)
