@@ -439,22 +439,31 @@ def test_the_standard_librarys_time_goes_to_the_stage_of_its_callers_and_the_loo
     assert breakdown.stage_of(pytest.__file__) == "loop"  # an installed package is not the standard library
 
 
-def test_an_executable_stream_is_charged_a_seeds_th_of_the_tool_workers_start(monkeypatch):
-    assert 0 < breakdown.worker_start_cpu(repeats=1) < 5  # a real worker started and stopped
+def test_an_executable_stream_is_timed_with_its_jobs_seeds_at_once_and_the_others_alone(monkeypatch):
+    timed_with = {}
 
-    def profile(overrides, seed=0, warm=False):
+    def profile(overrides, seed=0, warm=False, together=1):
+        timed_with[overrides[0]] = together
         return {"episodes": 10, "cpu_s": 1.0, "stages": dict.fromkeys(breakdown.STAGES, 1.0 / 7)}
 
     monkeypatch.setattr(breakdown, "profile_stream", profile)
     monkeypatch.setattr(breakdown, "composition_seconds", lambda overrides: 0.0)
     monkeypatch.setattr(breakdown, "tool_floor", lambda: {"total_us": 0.0})
-    monkeypatch.setattr(breakdown, "worker_start_cpu", lambda: 0.2)
-    entry = breakdown.breakdown(("paper_executable",))["paper_executable"]
-    seeds = entry["streams"] // entry["jobs"]
-    # each profiled stream started a worker (0.2 s) that its job's seeds would have shared
-    charged = 0.2 * (1 - 1 / seeds)
-    assert entry["cpu_s"]["environment"] == pytest.approx((1 / 7 - charged) * entry["streams"], abs=0.01)
-    assert entry["us_per_episode"] == pytest.approx((1.0 - charged) / 10 * 1e6, abs=1)
+    report = breakdown.breakdown(("paper_executable", "paper_controlled"))
+    entry = report["paper_executable"]
+    assert timed_with == {
+        "experiment=paper_executable": entry["streams"] // entry["jobs"],  # a job's streams share a worker
+        "experiment=paper_controlled": 1,
+    }
+    assert entry["cpu_s"]["environment"] == pytest.approx(entry["streams"] / 7, abs=0.01)
+
+
+def test_a_stream_timed_with_others_is_charged_its_share_of_their_cpu_and_episodes():
+    overrides = ("env=executable_drift", "env.phase_length=3", "memory=lww", "seeds=[0]")
+    alone = breakdown.profile_stream(overrides)
+    shared = breakdown.profile_stream(overrides, together=3)
+    assert alone["episodes"] == shared["episodes"] == 12  # four phases of three episodes, per stream
+    assert shared["cpu_s"] > 0 and sum(shared["stages"].values()) == pytest.approx(shared["cpu_s"])
 
 
 def test_the_tool_floor_is_one_real_call_through_the_worker():
@@ -467,7 +476,7 @@ def test_the_tool_floor_is_one_real_call_through_the_worker():
 def test_the_breakdown_profiles_on_one_cpu_as_make_reproduce_runs_a_job_and_then_unpins(monkeypatch):
     seen = []
 
-    def profile(overrides, seed=0, warm=False):
+    def profile(overrides, seed=0, warm=False, together=1):
         seen.append(os.sched_getaffinity(0))
         return {"episodes": 1, "cpu_s": 1.0, "stages": dict.fromkeys(breakdown.STAGES, 0.1)}
 

@@ -5,10 +5,12 @@ runs through the runner (`runners.run.run_spec`: environment, memory, simulated 
 cProfile. Every function's own time goes to the stage of the module it is in (`stage_of`); a built-in
 function (a system call, `json.dumps`) or one of the standard library has no stage of its own, so its
 time goes to its callers' stages in proportion to what each spent in it. The tool worker is a child
-process: its CPU (after the stream, once the worker is stopped and reaped) is environment time; a job's
-streams share one worker, so a stream is charged a seeds-th of the worker's start (`worker_start_cpu`),
-not the whole start it made alone. A stage's share of the profiled time, times the stream's CPU
-measured without the profiler, is that stage's CPU; times the experiment's streams, the experiment's.
+process: its CPU (after the stream, once the worker is stopped and reaped) is environment time. A job's
+executable streams share one worker and send their waiting calls to it in one batch, so the stream's CPU
+is measured as its job runs it: all the job's seeds at once, divided among them (the worker's start and
+the batched round trips shared as in `make reproduce`); the profile of one stream splits this process's
+part by stage. A stage's share of the profiled time, times the stream's CPU measured without the
+profiler, is that stage's CPU; times the experiment's streams, the experiment's.
 Everything runs on one CPU, as `make reproduce` runs a job and the processes it starts
 (`runners.launch.slots`): a tool call costs the worker and its job less CPU on one core than across
 two. Configuration per job is measured apart: one composition of the job's
@@ -73,6 +75,8 @@ FLOOR_STAGES = ("memory", "prompt", "reader")
 #: Compositions of one job's config in a Hydra multirun (sweeper check, worker, run identity).
 COMPOSITIONS_PER_JOB = 3
 EXPERIMENTS = ("paper_executable", "paper_memoryagentbench", "paper_controlled", "paper_preference")
+#: The experiments whose job's streams share a tool worker and its batched round trips: timed all at once.
+SHARED_WORKER = ("paper_executable",)
 #: MemoryAgentBench's sweep over sources (conf/experiment/paper_memoryagentbench.yaml).
 MAB_SOURCES = tuple(
     f"factconsolidation_{hops}_{size}" for hops in ("sh", "mh") for size in ("6k", "32k", "262k")
@@ -121,18 +125,22 @@ def stage_seconds(stats: pstats.Stats) -> dict[str, float]:
     return out
 
 
-def profile_stream(overrides: Sequence[str], seed: int = 0, warm: bool = False) -> dict[str, Any]:
-    """One stream of `overrides` through the runner into a temporary folder, twice: timed (CPU of this
-    process and of the tool worker), then profiled; its episodes, CPU seconds and CPU per stage. `warm`:
-    run it once before, untimed (imports and caches, as a job's first stream finds them)."""
+def profile_stream(
+    overrides: Sequence[str], seed: int = 0, warm: bool = False, together: int = 1
+) -> dict[str, Any]:
+    """One stream of `overrides` through the runner into a temporary folder: timed (CPU of this process
+    and of the tool worker) with `together` seeds from `seed` on running at once, as a job runs them, and
+    divided among them; then profiled alone. Its episodes, CPU seconds and CPU per stage. `warm`: run it
+    once before, untimed (imports and caches, as a job's first stream finds them)."""
     spec = compose_spec([*overrides, "progress=false"])
     with tempfile.TemporaryDirectory(prefix="tepa-bench-breakdown-") as tmp:
         one = replace(spec, seeds=(seed,), name="bench")
         if warm:
             asyncio.run(run_spec(replace(one, results_dir=f"{tmp}/warm")))
         own, child = time.process_time(), children_cpu()
-        summary = asyncio.run(run_spec(replace(one, results_dir=f"{tmp}/timed")))
-        own, child = time.process_time() - own, children_cpu() - child
+        seeds = tuple(range(seed, seed + together))
+        summary = asyncio.run(run_spec(replace(one, seeds=seeds, results_dir=f"{tmp}/timed")))
+        own, child = (time.process_time() - own) / together, (children_cpu() - child) / together
         profiler = cProfile.Profile()
         profiler.enable()
         asyncio.run(run_spec(replace(one, results_dir=f"{tmp}/profiled")))
@@ -141,7 +149,7 @@ def profile_stream(overrides: Sequence[str], seed: int = 0, warm: bool = False) 
     total = sum(profiled.values()) or 1.0
     stages = {stage: own * seconds / total for stage, seconds in profiled.items()}
     stages["environment"] += child  # the tool worker
-    return {"episodes": summary.episodes_run, "cpu_s": own + child, "stages": stages}
+    return {"episodes": summary.episodes_run / together, "cpu_s": own + child, "stages": stages}
 
 
 def composition_seconds(overrides: Sequence[str], repeats: int = 3) -> float:
@@ -189,12 +197,11 @@ def _breakdown(experiments: Sequence[str], extra: Mapping[str, Sequence[str]], l
         try:
             points = [(*p, *extra.get(experiment, ())) for p in sweep_points(experiment)]
             seeds = len(compose_spec(points[0]).seeds)
-            profiles = [profile_stream(p, warm=i == 0) for i, p in enumerate(points)]
+            together = seeds if experiment in SHARED_WORKER else 1
+            profiles = [profile_stream(p, warm=i == 0, together=together) for i, p in enumerate(points)]
         except (ConfigError, ValueError, OSError, RuntimeError) as exc:
             out[experiment] = {"skipped": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
             continue
-        if experiment == "paper_executable":
-            _share_worker_start(profiles, seeds)
         stages = dict.fromkeys(STAGES, 0.0)
         for prof in profiles:
             for stage, seconds in prof["stages"].items():
@@ -217,29 +224,6 @@ def _breakdown(experiments: Sequence[str], extra: Mapping[str, Sequence[str]], l
             entry["floor_us_per_episode"] = round(entry["floor_us_per_episode"] + tool["total_us"], 1)
         out[experiment] = entry
     return out
-
-
-def _share_worker_start(profiles: list[dict[str, Any]], seeds: int) -> None:
-    """Each profiled stream started a tool worker of its own; a job's streams run at once and share one
-    (`SharedToolWorker`), so each stream is charged 1/seeds of a start, not a whole one."""
-    extra = worker_start_cpu() * (1 - 1 / seeds)
-    for prof in profiles:
-        prof["stages"]["environment"] -= extra
-        prof["cpu_s"] -= extra
-
-
-def worker_start_cpu(repeats: int = 3) -> float:
-    """CPU seconds of starting a tool worker and stopping it (its process and this one's; median)."""
-    from envs.executable_drift.worker import ToolWorker
-
-    times = []
-    with tempfile.TemporaryDirectory(prefix="tepa-bench-worker-") as root:
-        for _ in range(repeats):
-            own, child = time.process_time(), children_cpu()
-            with ToolWorker() as worker:
-                worker.call("publish", [], "1.0", root, 60.0)  # a usage error: starts it, does nothing
-            times.append(time.process_time() - own + children_cpu() - child)
-    return median(times)
 
 
 def tool_floor(calls: int = 1000) -> dict[str, float]:
