@@ -43,7 +43,7 @@ from runners import plan
 from runners.agent.loop import ReplayMismatch, replay_problem, run_stream
 from runners.compose import CONF_DIR, PROJECT_ROOT
 from runners.config import ConfigError, RunSpec, validate
-from runners.launch import jobs, slots
+from runners.launch import jobs, slots, validated
 from runners.launch.preflight import check_command_line
 from runners.launch.progress import job_label
 from runners.llm.backend import BackendExhausted, total_stats
@@ -422,8 +422,9 @@ def cli() -> None:
     """`python -m runners.run` / `tepa-run`: the checks Hydra's own output must not precede
     (`runners.preflight`: secrets, unwritable folders, broken YAML), then the Hydra entry point. A
     SIGINT before the run installs its handlers ends it with one line too; SIGINT or SIGTERM while a
-    multirun's launcher waits for its worker processes stops them first (`runners.launch.jobs`). `plan=true`
-    is answered before Hydra starts, so that nothing is written."""
+    multirun's launcher waits for its worker processes stops them first (`runners.launch.jobs`), and a
+    launcher that runs jobs in its own process takes the configs its sweeper composed to check them
+    (`runners.launch.validated`). `plan=true` is answered before Hydra starts, so nothing is written."""
     planning = plan.requested(sys.argv[1:])
     try:
         check_command_line(sys.argv[1:], CONF_DIR, writes=not planning)
@@ -432,6 +433,7 @@ def cli() -> None:
     if planning:  # before Hydra, which would write its job folders
         sys.exit(plan.main(sys.argv[1:], str(CONF_DIR)))
     jobs.install(grace=STOP_GRACE_S + 1.0)
+    validated.install()
     try:
         main()
     except KeyboardInterrupt as exc:
