@@ -25,11 +25,15 @@ settings (`python -m runners.llm.simulated.calibrate`, see conf/llm/simulated.ya
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import reduce
+from itertools import repeat
+from operator import add, mul
 from typing import ClassVar
 
 from runners.agent.prompt import EVIDENCE_LINE, HINT_PREFIX, LABELS, STEP_LINE, estimate_tokens
@@ -61,7 +65,7 @@ class SimulatedBackend:
             raise ValueError(f"half_life={self.half_life}: must be > 0")
         self._calls = 0
         self._lines: dict[str, tuple[str, int, float] | None] = {}
-        self._blocks: dict[str, tuple[str, list[tuple[str, int, float]]]] = {}
+        self._blocks: dict[str, tuple[str, _Lines]] = {}
         self._ages_decay: float | None = None
         self._ages: list[float] = []
 
@@ -74,22 +78,25 @@ class SimulatedBackend:
         prompt = request.messages[-1]["content"]
         rng = _SplitMix(hashlib.blake2b(f"{request.seed}\x00{prompt}".encode(), digest_size=8).digest())
         tail = prompt.rfind("\nOptions:\n")  # options come last; do not scan the memory lines for them
-        options = _option_texts(prompt[tail:]) if tail >= 0 else []
+        options = _options(prompt[tail:]) if tail >= 0 else ()
         scores = self._scores(prompt)
         if options:
-            text = "Answer: " + LABELS[self._choose(options, scores, prompt, rng)]
+            answer = LABELS[self._choose(options, scores, prompt, rng)]
         else:
-            text = "Answer: " + self._free_answer(scores, rng)
-        return Reply(text=text, prompt_tokens=estimate_tokens(request.messages), completion_tokens=3)
+            answer = self._free_answer(scores, rng)
+        return _reply(answer, estimate_tokens(request.messages))
 
     def _scores(self, prompt: str) -> dict[str, float]:
         step_m = STEP_LINE.search(prompt)
         now = int(step_m.group("t")) if step_m else 0
-        lines = self._read_block(_evidence_block(prompt))
+        block = _evidence_block(prompt)
+        read = self._read_block(block) if len(block) >= _SHORT_BLOCK else None
+        lines = self._read_lines(block) if read is None else read.lines
         decay = math.log(2.0) / self.half_life
         if len(lines) >= _TABLE_LINES:
             try:
-                return _sum_scores(lines, now, self._recency(decay, now))
+                recency = self._recency(decay, now)
+                return _sum_scores(lines, now, recency) if read is None else read.scores(now, recency)
             except IndexError:  # a line older than the table goes (a negative step, or `now` past _MAX_AGE)
                 pass
         return _sum_scores(lines, now, {now - t: math.exp((t - now) * decay) for _, t, _ in lines if t < now})
@@ -105,21 +112,22 @@ class SimulatedBackend:
             ages.extend(math.exp(-age * decay) for age in range(len(ages), now + 1))
         return ages
 
-    def _read_block(self, block: str) -> list[tuple[str, int, float]]:
-        """(value, step, weight) of each memory line of `block`, in order. A memory that keeps every
-        observation of a key (Append-Only) shows that key's lines again at its next decision with new
-        ones appended: a long block that extends the last one beginning with the same line reads only
-        the lines after it. Any other block is read whole."""
-        if len(block) < _SHORT_BLOCK:
-            return self._read_lines(block)
+    def _read_block(self, block: str) -> _Lines:
+        """The memory lines of a long `block` (at least _SHORT_BLOCK characters). A memory that keeps
+        every observation of a key (Append-Only) shows that key's lines again at its next decision with
+        new ones appended: a block that extends the last one beginning with the same line reads only
+        the lines after it, added to that block's (which no later block can extend any more: the next
+        one beginning with that line replaces it). Any other block is read whole."""
         cut = block.find("\n")
         first = block if cut < 0 else block[:cut]
         last = self._blocks.get(first)
         done = len(last[0]) if last is not None else 0
         if last is not None and block.startswith(last[0]) and block[done : done + 1] in ("", "\n"):
-            read = last[1] + self._read_lines(block[done + 1 :]) if len(block) > done else last[1]
+            read = last[1]
+            if len(block) > done:
+                read.extend(self._read_lines(block[done + 1 :]))
         else:
-            read = self._read_lines(block)
+            read = _Lines(self._read_lines(block))
         if len(self._blocks) >= _BLOCKS:
             self._blocks.clear()
         self._blocks[first] = (block, read)
@@ -163,12 +171,15 @@ class SimulatedBackend:
         tied = [v for v in values if scores[v] >= best - 1e-12]
         return tied[rng.randrange(len(tied))]
 
-    def _choose(self, options: list[str], scores: dict[str, float], prompt: str, rng: _SplitMix) -> int:
+    def _choose(self, options: Sequence[str], scores: dict[str, float], prompt: str, rng: _SplitMix) -> int:
         if rng.random() < self.lapse:
             return rng.randrange(len(options))
         at = prompt.find(_HINT_LINE)
-        hint = prompt[at + 1 : prompt.find("\n", at + 1)] if at >= 0 else ""
-        totals = [scores.get(o, 0.0) + (self.w_hint if o and f'"{o}"' in hint else 0.0) for o in options]
+        if at < 0:  # no statement: the scores alone (adding 0.0 would change no comparison below)
+            totals = list(map(scores.get, options, repeat(0.0)))
+        else:
+            hint = prompt[at + 1 : prompt.find("\n", at + 1)]
+            totals = [scores.get(o, 0.0) + (self.w_hint if o and f'"{o}"' in hint else 0.0) for o in options]
         best = max(totals)
         tied = [i for i, v in enumerate(totals) if v >= best - 1e-12]
         return tied[rng.randrange(len(tied))]
@@ -219,6 +230,57 @@ def _evidence_lines(text: str) -> list[str]:
 def _option_texts(text: str) -> list[str]:
     """The text of every option line of `text`: what `runners.agent.prompt.OPTION_LINE` finds, split."""
     return [line[3:] for line in text.split("\n") if line[1:3] == ") " and "A" <= line[:1] <= "Z"]
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _options(tail: str) -> tuple[str, ...]:
+    """`_option_texts` of a prompt's tail from its options line, remembered: a stream shows the same
+    few option lists, with the same instruction after them, again and again."""
+    return tuple(_option_texts(tail))
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _reply(answer: str, prompt_tokens: int) -> Reply:
+    """The reply that gives `answer`, remembered (a Reply is immutable): building a frozen dataclass
+    cost about as much as reading a short prompt, and a stream's replies repeat (a few letters, prompts
+    of a few lengths)."""
+    return Reply(text="Answer: " + answer, prompt_tokens=prompt_tokens, completion_tokens=3)
+
+
+class _Lines:
+    """The memory lines of a long block, in order, and the steps and weights of each value's lines in
+    the same order: a long block's scores are then summed value by value inside `reduce` and `map`,
+    with the floats (and their order) of `_sum_scores`, not line by line in Python."""
+
+    __slots__ = ("lines", "_by_value", "_latest")
+
+    def __init__(self, lines: list[tuple[str, int, float]]) -> None:
+        self.lines: list[tuple[str, int, float]] = []
+        self._by_value: dict[str, tuple[list[int], list[float]]] = {}
+        self._latest: int | None = None  # the latest step of a line
+        self.extend(lines)
+
+    def extend(self, lines: list[tuple[str, int, float]]) -> None:
+        self.lines += lines
+        by_value = self._by_value
+        for value, t, weight in lines:
+            steps, weights = by_value.get(value) or by_value.setdefault(value, ([], []))
+            steps.append(t)
+            weights.append(weight)
+        if lines:
+            latest = max(t for _, t, _ in lines)
+            self._latest = latest if self._latest is None else max(self._latest, latest)
+
+    def scores(self, now: int, recency: Sequence[float]) -> dict[str, float]:
+        """`_sum_scores(self.lines, now, recency)` (an IndexError where it raises one)."""
+        if self._latest is not None and self._latest >= now:  # a line that adds its weight unscaled
+            return _sum_scores(self.lines, now, recency)
+        age = now.__sub__
+        at = recency.__getitem__
+        return {
+            value: reduce(add, map(mul, map(at, map(age, steps)), weights), 0.0)
+            for value, (steps, weights) in self._by_value.items()
+        }
 
 
 _HINT_LINE = "\n" + HINT_PREFIX
