@@ -282,7 +282,8 @@ def validate(cfg: DictConfig, choices: Mapping[str, str | None]) -> RunSpec:
     unknown = [k for k in cfg if k != "hydra" and k not in _RUN_KEYS]
     if unknown:
         raise ConfigError(f"{unknown[0]}: not a config key (the keys: {', '.join(_RUN_KEYS)})")
-    cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])  # Hydra's own node is not ours
+    if "hydra" in cfg:  # Hydra's own node is not ours (a running job's config comes without it)
+        cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
     try:
         missing = sorted(OmegaConf.missing_keys(cfg))
     except OmegaConfBaseException as exc:
