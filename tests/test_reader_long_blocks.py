@@ -1,6 +1,6 @@
-"""A long memory block (Append-Only's, read once and extended prompt after prompt) is scored value by
-value: its scores must be the floats the plain rule gives, whatever the steps (before 0, at or after
-`now`, older than the recency table) and however the blocks extend one another."""
+"""A long memory block (Append-Only's) is remembered and read on from where the last one ended: its
+scores must be the floats the plain rule gives for the whole prompt, whatever the steps (before 0, at or
+after `now`, older than the recency table) and however the blocks extend one another."""
 
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -31,9 +31,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import reduce
 from itertools import repeat
-from operator import add, mul
 from typing import ClassVar
 
 from runners.agent.prompt import EVIDENCE_LINE, HINT_PREFIX, LABELS, STEP_LINE, estimate_tokens
@@ -65,7 +63,7 @@ class SimulatedBackend:
             raise ValueError(f"half_life={self.half_life}: must be > 0")
         self._calls = 0
         self._lines: dict[str, tuple[str, int, float] | None] = {}
-        self._blocks: dict[str, tuple[str, _Lines]] = {}
+        self._blocks: dict[str, tuple[str, list[tuple[str, int, float]]]] = {}
         self._ages_decay: float | None = None
         self._ages: list[float] = []
 
@@ -89,14 +87,11 @@ class SimulatedBackend:
     def _scores(self, prompt: str) -> dict[str, float]:
         step_m = STEP_LINE.search(prompt)
         now = int(step_m.group("t")) if step_m else 0
-        block = _evidence_block(prompt)
-        read = self._read_block(block) if len(block) >= _SHORT_BLOCK else None
-        lines = self._read_lines(block) if read is None else read.lines
+        lines = self._read_block(_evidence_block(prompt))
         decay = math.log(2.0) / self.half_life
         if len(lines) >= _TABLE_LINES:
             try:
-                recency = self._recency(decay, now)
-                return _sum_scores(lines, now, recency) if read is None else read.scores(now, recency)
+                return _sum_scores(lines, now, self._recency(decay, now))
             except IndexError:  # a line older than the table goes (a negative step, or `now` past _MAX_AGE)
                 pass
         return _sum_scores(lines, now, {now - t: math.exp((t - now) * decay) for _, t, _ in lines if t < now})
@@ -112,22 +107,21 @@ class SimulatedBackend:
             ages.extend(math.exp(-age * decay) for age in range(len(ages), now + 1))
         return ages
 
-    def _read_block(self, block: str) -> _Lines:
-        """The memory lines of a long `block` (at least _SHORT_BLOCK characters). A memory that keeps
-        every observation of a key (Append-Only) shows that key's lines again at its next decision with
-        new ones appended: a block that extends the last one beginning with the same line reads only
-        the lines after it, added to that block's (which no later block can extend any more: the next
-        one beginning with that line replaces it). Any other block is read whole."""
+    def _read_block(self, block: str) -> list[tuple[str, int, float]]:
+        """(value, step, weight) of each memory line of `block`, in order. A memory that keeps every
+        observation of a key (Append-Only) shows that key's lines again at its next decision with new
+        ones appended: a long block that extends the last one beginning with the same line reads only
+        the lines after it. Any other block is read whole."""
+        if len(block) < _SHORT_BLOCK:
+            return self._read_lines(block)
         cut = block.find("\n")
         first = block if cut < 0 else block[:cut]
         last = self._blocks.get(first)
         done = len(last[0]) if last is not None else 0
         if last is not None and block.startswith(last[0]) and block[done : done + 1] in ("", "\n"):
-            read = last[1]
-            if len(block) > done:
-                read.extend(self._read_lines(block[done + 1 :]))
+            read = last[1] + self._read_lines(block[done + 1 :]) if len(block) > done else last[1]
         else:
-            read = _Lines(self._read_lines(block))
+            read = self._read_lines(block)
         if len(self._blocks) >= _BLOCKS:
             self._blocks.clear()
         self._blocks[first] = (block, read)
@@ -245,42 +239,6 @@ def _reply(answer: str, prompt_tokens: int) -> Reply:
     cost about as much as reading a short prompt, and a stream's replies repeat (a few letters, prompts
     of a few lengths)."""
     return Reply(text="Answer: " + answer, prompt_tokens=prompt_tokens, completion_tokens=3)
-
-
-class _Lines:
-    """The memory lines of a long block, in order, and the steps and weights of each value's lines in
-    the same order: a long block's scores are then summed value by value inside `reduce` and `map`,
-    with the floats (and their order) of `_sum_scores`, not line by line in Python."""
-
-    __slots__ = ("lines", "_by_value", "_latest")
-
-    def __init__(self, lines: list[tuple[str, int, float]]) -> None:
-        self.lines: list[tuple[str, int, float]] = []
-        self._by_value: dict[str, tuple[list[int], list[float]]] = {}
-        self._latest: int | None = None  # the latest step of a line
-        self.extend(lines)
-
-    def extend(self, lines: list[tuple[str, int, float]]) -> None:
-        self.lines += lines
-        by_value = self._by_value
-        for value, t, weight in lines:
-            steps, weights = by_value.get(value) or by_value.setdefault(value, ([], []))
-            steps.append(t)
-            weights.append(weight)
-        if lines:
-            latest = max(t for _, t, _ in lines)
-            self._latest = latest if self._latest is None else max(self._latest, latest)
-
-    def scores(self, now: int, recency: Sequence[float]) -> dict[str, float]:
-        """`_sum_scores(self.lines, now, recency)` (an IndexError where it raises one)."""
-        if self._latest is not None and self._latest >= now:  # a line that adds its weight unscaled
-            return _sum_scores(self.lines, now, recency)
-        age = now.__sub__
-        at = recency.__getitem__
-        return {
-            value: reduce(add, map(mul, map(at, map(age, steps)), weights), 0.0)
-            for value, (steps, weights) in self._by_value.items()
-        }
 
 
 _HINT_LINE = "\n" + HINT_PREFIX
