@@ -48,6 +48,11 @@ log = logging.getLogger("analysis")
 DEFAULT_OUT = Path("results/report")
 
 
+#: Drawing processes: two, one per core, so the figures drawn from the logs alone are done while this
+#: process computes the metrics, and the logs are read in both (`load_runs`' readers).
+DRAWERS = 2
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__)
     parser.add_argument("--runs", type=Path, default=Path("results/runs"), help="root of the run logs")
@@ -136,8 +141,8 @@ def passes(args: argparse.Namespace) -> list[argparse.Namespace]:
 
 
 def _start_drawing(parent: int) -> None:
-    """In the drawing process: ignore Ctrl-C (the parent handles it) and end as soon as the parent is
-    gone, even killed without a chance to stop it."""
+    """In a drawing process: ignore Ctrl-C (the parent handles it), end as soon as the parent is gone,
+    even killed without a chance to stop it, and import matplotlib ahead of the first figure."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def watch() -> None:
@@ -146,22 +151,22 @@ def _start_drawing(parent: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True).start()
+    import_matplotlib()
 
 
 @contextmanager
-def drawing_process() -> Iterator[Executor]:
-    """A second process that draws figures while this one computes the metrics and tables.
+def drawing_process(workers: int = 1) -> Iterator[Executor]:
+    """Processes (`workers` of them) that draw figures while this one computes the metrics and tables.
 
-    Started at once, before any log is read: where the platform forks (Linux) it starts with this
-    process' modules loaded; it imports matplotlib, which this process imports only if it draws too
-    (`collect`), while this process reads the logs.
-    It ignores Ctrl-C, which this process handles: on any way out of the block the drawings not started
-    are cancelled, and the block ends once the worker has stopped (it also stops when this process is
-    killed).
+    Started at once, before any log is read: where the platform forks (Linux) they start with this
+    process' modules loaded; each imports matplotlib, which this process imports only if it draws too
+    (`collect`), and then reads logs for this one (`load_runs`' readers).
+    They ignore Ctrl-C, which this process handles: on any way out of the block the jobs not started
+    are cancelled, and the block ends once the workers have stopped (they also stop when this process
+    is killed).
     """
-    pool = ProcessPoolExecutor(1, initializer=_start_drawing, initargs=(os.getpid(),))
+    pool = ProcessPoolExecutor(workers, initializer=_start_drawing, initargs=(os.getpid(),))
     try:
-        pool.submit(import_matplotlib)
         yield pool
     finally:
         pool.shutdown(cancel_futures=True)
@@ -185,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
     try:
         for one in passes(args):
-            with drawing_process() as drawing:
+            with drawing_process(DRAWERS) as drawing:
                 code = report(one, drawing)
             if code:
                 return code
@@ -219,7 +224,7 @@ def report(args: argparse.Namespace, drawing: Executor) -> int:
                 log.info("analysis: no runs of the chosen experiments under %s: %s is left as it is",
                          args.runs, args.out)  # fmt: skip
                 return 0
-        logs = load_runs(args.runs, progress=not args.quiet, experiments=chosen)
+        logs = load_runs(args.runs, progress=not args.quiet, experiments=chosen, readers=drawing)
         check_reference(args.reference, set(logs.runs["memory"]))
         kept = manifest.keep(args.out, logs.runs, options, replace=args.replace)
     except ValueError as error:

@@ -23,9 +23,10 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -65,6 +66,9 @@ CATEGORICAL = ("run", *RUN_LABELS, "phase")
 #: the cores only adds hand-overs of the interpreter lock (4 threads on 2 cores: 0.6 CPU s more, and
 #: slower, for a full reproduction's logs).
 _READERS = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+#: Runs a reading process is handed at a time (`load_runs`' `readers`): few enough that the processes
+#: end together, enough that handing them over costs little.
+_CHUNK = 16
 #: What a label (experiment, env, memory) may be: one plain directory name, as the runner's config allows.
 PLAIN_LABEL = re.compile(r"[A-Za-z0-9_.=+-]+")
 #: The threshold-sweep experiment: its runs share labels and differ only in their resolved config.
@@ -300,6 +304,26 @@ def _read_run(root: Path, run_dir: Path, meta: dict) -> tuple[str, tuple[pa.Tabl
     return run, (_encoded(table, run), sample), meta
 
 
+def _shipped(root: Path, run_dir: Path, meta: dict) -> tuple[str, tuple[pa.Buffer, str], dict]:
+    """`_read_run` in a reading process, its table as Arrow IPC bytes (`_landed` reopens them): they
+    cross to this process at a third of a pickled table's cost, and open here without a copy."""
+    run, (table, sample), meta = _read_run(root, run_dir, meta)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return run, (sink.getvalue(), sample), meta
+
+
+def _landed(
+    read: tuple[str, tuple[pa.Table | pa.Buffer, str], dict],
+) -> tuple[str, tuple[pa.Table, str], dict]:
+    """A `_read_run` or `_shipped` result, its table opened."""
+    run, (table, sample), meta = read
+    if isinstance(table, pa.Buffer):
+        table = pa.ipc.open_stream(table).read_all()
+    return run, (table, sample), meta
+
+
 def _encoded(table: pa.Table, run: str) -> pa.Table:
     """`table` with its `run` column added and the CATEGORICAL columns dictionary-encoded, on the
     reading threads: pandas then builds the categoricals from the dictionaries, where factorizing a
@@ -322,16 +346,33 @@ def _arrow_read(read: Callable[[Path], _T], run_dir: Path) -> _T:
         raise ValueError(f"{run_dir}: unreadable ({reason})") from None
 
 
-def _event_counts(pool: Executor, run_dirs: list[Path], metas: list[dict]) -> list[dict[str, int]]:
-    """Each run's `count_events`, every distinct archive parsed once.
+def _event_counts(pool: Executor, run_dirs: list[Path], metas: list[dict]) -> Iterator[dict[str, int]]:
+    """Each run's `count_events`, every distinct archive parsed once: submitted at once (the archives
+    are parsed while the episodes are read), a fault raised only as the counts are iterated, so that
+    the load names a run whose files do not verify first, as it did when it counted after reading.
 
     Archives with the same verified sha256 hold the same bytes, so the same counts and the same faults:
     the seeds of a deterministic environment's stream (MemoryAgentBench's, most of a reproduction's
     archive bytes) log one archive many times. A faulty one is named by the first run that has it."""
-    digests = [meta["files"][stream.ARCHIVE]["sha256"] for meta in metas]  # verified by _read_run
-    first = dict(zip(reversed(digests), reversed(run_dirs), strict=True))
-    counted = dict(zip(first, pool.map(lambda d: _arrow_read(count_events, d), first.values()), strict=True))
-    return [counted[digest] for digest in digests]
+    keys = [_archive_key(run_dir, meta) for run_dir, meta in zip(run_dirs, metas, strict=True)]
+    first = dict(zip(reversed(keys), reversed(run_dirs), strict=True))
+    return _in_run_order(keys, first, pool.map(partial(_arrow_read, count_events), first.values()))
+
+
+def _archive_key(run_dir: Path, meta: dict) -> object:
+    """What identifies a run's archive bytes: the sha256 its meta.json records (checked before the
+    counts are used), or the run itself when it records none (it then fails that check)."""
+    files = meta.get("files")
+    entry = files.get(stream.ARCHIVE) if isinstance(files, dict) else None
+    digest = entry.get("sha256") if isinstance(entry, dict) else None
+    return digest if isinstance(digest, str) else run_dir
+
+
+def _in_run_order(keys: list[object], first: dict, counts: Iterator) -> Iterator[dict[str, int]]:
+    """The counts of each key's first run, for every key in order (a generator: waits for them when
+    iterated, not when called)."""
+    counted = dict(zip(first, counts, strict=True))
+    yield from (counted[key] for key in keys)
 
 
 def _note_unavailable(runs: pd.DataFrame) -> None:
@@ -347,23 +388,33 @@ def _note_unavailable(runs: pd.DataFrame) -> None:
 
 
 def load_runs(
-    root: str | Path, *, progress: bool = False, experiments: Callable[[str], bool] | None = None
+    root: str | Path,
+    *,
+    progress: bool = False,
+    experiments: Callable[[str], bool] | None = None,
+    readers: Executor | None = None,
 ) -> RunLogs:
     """Read every complete run under `root` (of the experiments `experiments` accepts, by default all)
     into one RunLogs (episodes sorted by run and t).
 
     Files are read on a few threads (Arrow decodes without the GIL), concatenated as Arrow tables and
     converted to pandas once: per-run pandas work would dominate the load time of a full
-    reproduction. Counters a run does not log are read as 0.
+    reproduction. Counters a run does not log are read as 0. With `readers` (processes), the episodes
+    are verified and read there, a few runs at a time, while this process' threads parse the archives:
+    the threads' Python work per run holds one interpreter lock, which left a core idle.
     """
     root = Path(root)
     found = _complete_runs(root, experiments)
     run_dirs = [run_dir for run_dir, _ in found]
+    metas = [meta for _, meta in found]
     tables, events, runs = [], [], []
     with ThreadPoolExecutor(max_workers=_READERS) as pool:
-        read = pool.map(lambda pair: _read_run(root, *pair), found)
-        loaded = list(tqdm(read, total=len(run_dirs), desc="reading runs", unit="run", disable=not progress))
-        counted = _event_counts(pool, run_dirs, [meta for *_, meta in loaded])
+        reader = _read_run if readers is None else _shipped
+        read = (readers or pool).map(partial(reader, root), run_dirs, metas, chunksize=_CHUNK)
+        counts = _event_counts(pool, run_dirs, metas)
+        shown = tqdm(read, total=len(run_dirs), desc="reading runs", unit="run", disable=not progress)
+        loaded = list(map(_landed, shown))
+        counted = list(counts)
     for (run, (table, sample), meta), counts in zip(loaded, counted, strict=True):
         if table.num_rows == 0:
             log.info("run %s has no episodes; skipped", run)
