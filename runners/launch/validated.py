@@ -19,6 +19,9 @@ from hydra.core.config_loader import ConfigLoader
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig
 
+# Hydra's own check, for a sweeper whose compositions cannot be handed on (no context or launcher).
+_HYDRAS_CHECK = Sweeper.validate_batch_is_legal
+
 
 class ValidatedJobs(ConfigLoader):
     """Hydra's config loader `loader`, but a job of the batch the sweeper composed from `master` gets
@@ -94,4 +97,3 @@ def _validate_batch_is_legal(self: Sweeper, batch: Sequence[Sequence[str]]) -> N
 
 
 _validate_batch_is_legal._tepa = True  # type: ignore[attr-defined]
-_HYDRAS_CHECK = Sweeper.validate_batch_is_legal
