@@ -141,8 +141,8 @@ def passes(args: argparse.Namespace) -> list[argparse.Namespace]:
 
 
 def _start_drawing(parent: int) -> None:
-    """In a drawing process: ignore Ctrl-C (the parent handles it), end as soon as the parent is gone,
-    even killed without a chance to stop it, and import matplotlib ahead of the first figure."""
+    """In a drawing process: ignore Ctrl-C (the parent handles it) and end as soon as the parent is
+    gone, even killed without a chance to stop it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def watch() -> None:
@@ -151,7 +151,6 @@ def _start_drawing(parent: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True).start()
-    import_matplotlib()
 
 
 @contextmanager
@@ -159,14 +158,16 @@ def drawing_process(workers: int = 1) -> Iterator[Executor]:
     """Processes (`workers` of them) that draw figures while this one computes the metrics and tables.
 
     Started at once, before any log is read: where the platform forks (Linux) they start with this
-    process' modules loaded; each imports matplotlib, which this process imports only if it draws too
-    (`collect`), and then reads logs for this one (`load_runs`' readers).
+    process' modules loaded. The first imports matplotlib, which this process imports only if it draws
+    too (`collect`), while the others start reading logs for this one (`load_runs`' readers): they import
+    it at their first figure, when they have time to spare while this one computes the metrics.
     They ignore Ctrl-C, which this process handles: on any way out of the block the jobs not started
     are cancelled, and the block ends once the workers have stopped (they also stop when this process
     is killed).
     """
     pool = ProcessPoolExecutor(workers, initializer=_start_drawing, initargs=(os.getpid(),))
     try:
+        pool.submit(import_matplotlib)
         yield pool
     finally:
         pool.shutdown(cancel_futures=True)
