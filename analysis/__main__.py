@@ -26,9 +26,10 @@ from analysis.report.figures import (
     Drawing,
     Job,
     import_matplotlib,
-    metric_jobs,
+    mpi_jobs,
     report_order,
     success_jobs,
+    sweep_jobs,
     timeline_jobs,
     write_figures,
 )
@@ -250,15 +251,21 @@ def report(args: argparse.Namespace, drawing: Executor) -> int:
     from_logs = submit(drawing, success_jobs(logs.episodes, logs.runs, args.window))
     from_memory = submit(drawing, memory_jobs(logs.episodes, logs.runs, args.window))
     timelines = submit(drawing, timeline_jobs(logs.runs, logs.events, args.runs))
+    from_metrics: list[tuple[Job, Future]] = []  # the MPI bars, handed over before the other metrics exist
+
+    def draw_mpi(mpi: pd.DataFrame, phases: dict, variants: dict) -> None:
+        from_metrics.extend(submit(drawing, mpi_jobs(mpi, phases, variants)))
+
     fresh = analyse(
         logs,
         window=args.window,
         tolerance=args.tolerance,
         reference=args.reference,
         intervals=args.intervals,
+        mpi_ready=draw_mpi,
     )
     log.info("computed metrics")
-    from_metrics = submit(drawing, metric_jobs(fresh))
+    from_metrics += submit(drawing, sweep_jobs(fresh))
     analysis = manifest.merge(fresh, kept)
     records = provenance.from_runs(logs.runs, provenance.analysis_commit(), provenance.today())
     records = provenance.settled(records, kept, analysis)

@@ -8,7 +8,7 @@ phases in stream order), so the tables and figures made from them are determinis
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -537,8 +537,13 @@ def analyse(
     tolerance: float = DEFAULT_TOLERANCE,
     reference: str | None = None,
     intervals: str = "seeds",
+    mpi_ready: Callable[[pd.DataFrame, dict[tuple[str, str], list[str]], dict[str, list[str]]], object]
+    | None = None,
 ) -> Analysis:
-    """Compute every metric of the analysis from loaded run logs (see the functions above)."""
+    """Compute every metric of the analysis from loaded run logs (see the functions above).
+
+    `mpi_ready(mpi, phases, variants)` is called as soon as the MPI frame exists, before the slower
+    metrics, so that the report's MPI figures are drawn meanwhile rather than after them."""
     swept = in_sweep(logs.runs)
     sweep_runs, regular_runs = logs.runs[swept], logs.runs[~swept]
     episodes, sweep_episodes, events = logs.episodes, logs.episodes.iloc[:0], logs.events
@@ -548,6 +553,9 @@ def analyse(
         events = logs.events[~logs.events["run"].isin(set(sweep_runs["run"]))]
     phases = phase_orders(logs.episodes)
     per_seed = success_per_seed(episodes) if len(episodes) else pd.DataFrame(columns=[*LABELS, "phase"])
+    pollution, variants = mpi(per_seed, phases), experiment_variants(regular_runs)
+    if mpi_ready is not None:
+        mpi_ready(pollution, phases, variants)
     lags = adaptation(episodes, phases, window=window, tolerance=tolerance, reference=reference)
     costs = run_costs(episodes, events) if len(episodes) else pd.DataFrame(columns=["run", *LABELS])
     sweep, params = (
@@ -559,7 +567,7 @@ def analyse(
         phases=phases,
         per_seed=per_seed,
         success=summarize_success(per_seed, phases, episodes=episodes, intervals=intervals),
-        mpi=mpi(per_seed, phases),
+        mpi=pollution,
         paired=paired_tests(per_seed, phases),
         lags=lags,
         adaptation=summarize_adaptation(lags, phases),
@@ -572,6 +580,6 @@ def analyse(
         reference=reference,
         intervals=intervals,
         departures=paper_departures(regular_runs),
-        variants=experiment_variants(regular_runs),
+        variants=variants,
         memory=memory_quality.summarize(episodes, phases, OVERALL),
     )

@@ -461,18 +461,26 @@ def timeline_jobs(runs: pd.DataFrame, events: pd.DataFrame, root: str | Path) ->
 
 def metric_jobs(analysis: Analysis) -> list[Job]:
     """The figures of computed metrics: MPI bars of every experiment, then the sweep heatmaps."""
-    mpi = analysis.mpi
+    return mpi_jobs(analysis.mpi, analysis.phases, analysis.variants) + sweep_jobs(analysis)
+
+
+def mpi_jobs(
+    mpi: pd.DataFrame, phases: dict[tuple[str, str], list[str]], variants: dict[str, list[str]]
+) -> list[Job]:
+    """MPI bars of every experiment (the Analysis' `mpi`, `phases` and `variants`), which can be drawn
+    before the other metrics exist (`analysis.metrics.compute.analyse`'s `mpi_ready`)."""
     experiments = sorted_experiments(mpi["experiment"]) if len(mpi) else []
-    jobs: list[Job] = [
+    return [
         partial(
-            mpi_bars,
-            mpi[mpi["experiment"] == experiment],
-            analysis.phases,
-            experiment,
-            analysis.variants.get(experiment, []),
+            mpi_bars, mpi[mpi["experiment"] == experiment], phases, experiment, variants.get(experiment, [])
         )
         for experiment in experiments
     ]
+
+
+def sweep_jobs(analysis: Analysis) -> list[Job]:
+    """The sweep heatmaps: one per swept (experiment, env, method)."""
+    jobs: list[Job] = []
     overall = analysis.sweep[analysis.sweep["phase"] == OVERALL] if len(analysis.sweep) else analysis.sweep
     for experiment, env in settings(overall):
         params = analysis.sweep_params.get(experiment)
