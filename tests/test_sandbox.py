@@ -152,6 +152,29 @@ def test_restore_rewrites_only_what_differs(tmp_path):
     assert found == files
 
 
+def test_restore_sees_a_same_size_rewrite_a_planted_link_and_what_it_is_told_a_tool_wrote(tmp_path):
+    box = Sandbox(tmp_path)
+    files = {"d/x.txt": b"x", "d/sub/y.txt": b"y"}
+    box.restore("d", files)
+    (tmp_path / "d" / "sub" / "y.txt").write_bytes(b"Y")  # in place, same size, from outside
+    box.restore("d", files)
+    assert (tmp_path / "d" / "sub" / "y.txt").read_bytes() == b"y"
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-elsewhere"
+    (tmp_path / "d").rename(elsewhere)
+    (tmp_path / "d").symlink_to(elsewhere)  # the same files, behind a link
+    box.restore("d", files)
+    assert not (tmp_path / "d").is_symlink() and (tmp_path / "d" / "x.txt").read_bytes() == b"x"
+    reads = []
+    holds = box._holds
+    box._holds = lambda path, files: reads.append(path) or holds(path, files)
+    box.restore("d", files)  # unchanged since: not read again
+    box.forget("e/z.txt")  # a write elsewhere
+    box.restore("d", files)
+    box.forget("d/sub/y.txt")  # a tool's write in place, which the environment names
+    box.restore("d", files)
+    assert reads == ["d"]
+
+
 SWEPT = Layout({"build/x.tar.gz": None, "build/deep/y.txt": 1}, frozenset({"build", "build/deep"}))
 
 

@@ -16,8 +16,9 @@ every path confined), a persistent worker (shared by the environments open in on
 seeds) runs the tool under a time limit (the `worker` module; a call whose worker died, e.g. killed
 from outside, is run once more from the swept sandbox, so a restart changes no outcome; the agent loop
 awaits `execute_async`, which sends the call in one batch with the other seeds' waiting calls, and a
-call its batch left unanswered runs again alone the same way), and success is decided on disk: the expected artefact exists with the expected content and format. A stale invocation
-fails with the tool's real argparse error, or runs and leaves the wrong artefact, which the check reports.
+call its batch left unanswered runs again alone the same way), and success is decided on disk: the
+expected artefact exists with the expected content and format. A stale invocation fails with the tool's
+real argparse error, or runs and leaves the wrong artefact, which the check reports.
 (Parsing touches nothing, so a call that argparse rejects gets that error from the environment itself,
 without a worker round trip.)
 
@@ -352,11 +353,15 @@ class ExecutableDrift(EnvironmentBase):
             return False, "the batch was not answered"
         self._died = self._died or result.died
         written = program.written(argv[1:], version) if program is not None else None
+        path = None
+        if written is not None and not result.stopped:
+            path = sandbox.relative(os.path.normpath(os.path.join(sandbox.root, written)))
+        sandbox.forget(path)  # an input it wrote in place is read again before the next call
         if self._touched is not None:  # see _swept
-            if written is None or result.stopped:
+            if path is None:
                 self._touched = None
             else:
-                self._touched.append(sandbox.relative(os.path.normpath(os.path.join(sandbox.root, written))))
+                self._touched.append(path)
         if not result.ok:
             return False, result.message
         problem = tool.verify(sandbox, job.subject, job.fixture, regime[tool.name])

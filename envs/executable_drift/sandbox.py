@@ -56,6 +56,7 @@ class Sandbox:
         self._held: dict[str, tuple[int, int]] = {}  # the sweep's folders: name -> (descriptor, inode)
         self._memo: dict[str, _Seen] = {}  # what the last sweep saw of each kept folder, by path
         self._memo_layout: Layout | None = None
+        self._intact: dict[str, list[tuple[str, tuple[int, ...]]]] = {}  # see restore
         weakref.finalize(self, _close_all, self._fd, self._held)
 
     def resolve(self, path: str) -> Path:
@@ -437,12 +438,30 @@ class Sandbox:
 
         Disk is touched only where something differs: on many file systems rewriting a file costs
         milliseconds while reading it costs microseconds, and the environment restores inputs before
-        every call.
+        every call. Reading costs more than looking: once `path` holds `files`, the status of everything
+        it is made of (its folders from the root on, its files) is remembered, and while each is the same
+        (inode, type, links, size, modification and change times: any write, rename, link or entry added
+        or removed changes one of them) nothing is read again. `forget` drops what a tool call may have
+        written in place within one clock tick of the look (Linux times a change that follows a look
+        finely, other systems may not).
         """
+        seen = self._intact.get(path)
+        if seen is not None and _unchanged(self._fd, seen):
+            return
         if not self._holds(path, files):
             self.clear(path)
             for name, data in files.items():
                 self.write(name, data)
+        self._intact[path] = _statuses(self._fd, path, files)
+
+    def forget(self, written: str | None) -> None:
+        """A tool call may have written the file `written` (root-relative; None: anything): what `restore`
+        remembers of the inputs on its path, or under it, is dropped."""
+        if written is None:
+            self._intact.clear()
+            return
+        for path in [p for p in self._intact if _overlap(p, written)]:
+            del self._intact[path]
 
     def _holds(self, path: str, files: Mapping[str, bytes]) -> bool:
         """Whether `path` holds exactly `files`, as plain files with one link each, reached without a
@@ -554,6 +573,38 @@ def _holds_at(fd: int, rel: str, files: Mapping[str, bytes], found: list[int]) -
             if not held:
                 return False
     return True
+
+
+def _signature(st: os.stat_result) -> tuple[int, ...]:
+    """What changes when a file or folder is replaced, written, linked or gains or loses an entry."""
+    return (st.st_ino, st.st_mode, st.st_nlink, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _statuses(root: int, path: str, files: Collection[str]) -> list[tuple[str, tuple[int, ...]]]:
+    """The `_signature` of each folder from the root down to `path`, of `path`, and of the folders and
+    `files` under it, each looked at without following a link at its end (an earlier entry of the list
+    is its folder: a link swapped in there changes that entry)."""
+    parts = path.split("/")
+    names = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    for name in sorted(files):
+        if name.startswith(path + "/"):
+            inner = name[len(path) + 1 :].split("/")
+            names += [f"{path}/{'/'.join(inner[: i + 1])}" for i in range(len(inner))]
+    names = list(dict.fromkeys(names))
+    return [(name, _signature(os.stat(name, dir_fd=root, follow_symlinks=False))) for name in names]
+
+
+def _unchanged(root: int, seen: Sequence[tuple[str, tuple[int, ...]]]) -> bool:
+    """Whether every entry of `seen` (from `_statuses`) still has its signature."""
+    try:
+        return all(_signature(os.stat(name, dir_fd=root, follow_symlinks=False)) == was for name, was in seen)
+    except OSError:
+        return False
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether one of two root-relative paths is the other or lies under it."""
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
 def _status(fd: int) -> tuple[int, ...]:
