@@ -66,7 +66,7 @@ class Archive:
                 "event": event,
                 "reason": reason,
                 "id": precedent.id,
-                "key": precedent._key_text or precedent.key_text(),  # no call once cached
+                "key": precedent._key_text,  # key_text(), without the call
                 "value": precedent.value,
                 "s": precedent.s,
                 "f": precedent.f,

@@ -53,8 +53,8 @@ COUNTS = ("epoch", "lifetime")
 STALE_FEEDBACK = ("same_epoch", "active_only", "count")
 
 
-#: Texts of the posterior rule `_rule_text` keeps; emptied when full.
-_RULE_TEXTS = 4096
+#: Reason texts `PrecedentMemory._reason` keeps; emptied when full.
+_REASONS = 4096
 
 
 @functools.lru_cache(maxsize=256)
@@ -127,9 +127,18 @@ class PrecedentMemory:
         self._all: list[Precedent] = []
         self._active: dict[int, Precedent] = {}
         self._n_hypothesis = 0
-        self._reason_params: tuple | None = None
-        self._reason_texts: tuple[str, ...] = ()
-        self._rule_texts: dict[tuple[str, int, int], str] = {}
+        # Thresholds are validated here and fixed after (a later assignment would skip the validation),
+        # so the texts of reasons are formatted once: a float's :g costs about a microsecond.
+        self._reason_parts = (
+            f"{self.a0:g}",
+            f"{self.a0:g}+{self.b0:g}",
+            f"theta_pro={self.theta_pro:g}",
+            f"theta_rev={self.theta_rev:g}",
+            f"theta_rec={self.theta_rec:g} (m_rec={self.m_rec}, W={self.W})",
+        )
+        self._reasons: dict[tuple[str, int, int], str] = {}  # see _reason
+        # whether promotion asks `_admit` (a subclass's gate); TEPA-Rev's promotes on the posterior alone
+        self._gated = type(self)._admit is not PrecedentMemory._admit
 
     # --- the Memory protocol -------------------------------------------------------------------------
 
@@ -222,6 +231,8 @@ class PrecedentMemory:
             elif mode == "active_only" and p.state is not _ACTIVE:
                 continue
             recent = p.recent
+            if type(recent) is tuple:  # the first use (see Precedent.recent)
+                recent = p.recent = deque((), self.W)
             recent.append(outcome)
             if (
                 p.state is _ACTIVE
@@ -282,13 +293,7 @@ class PrecedentMemory:
         return len(recent) >= self.m_rec and sum(recent) / len(recent) < self.theta_rec
 
     def _create(self, obs: Observation, group: dict[str, Precedent]) -> None:
-        # Positional, in field order (keywords cost half as much again; creation is a fact stream's hot
-        # path): id, key, value, created_t, recent (maxlen W), s, f, s_epoch, f_epoch, epoch, state,
-        # updated_t, text, source, trial_rounds, history (given: its default factory costs a call).
-        p = Precedent(
-            len(self._all), obs.key, obs.value, obs.t, deque((), self.W), 1, 0, 1, 0, 0, _HYPOTHESIS,
-            obs.t, obs.text, obs.source, 0, [],
-        )  # fmt: skip
+        p = Precedent(len(self._all), obs.key, obs.value, obs.t, obs.text, obs.source)
         self._all.append(p)
         group[obs.value] = p
         self._n_hypothesis += 1
@@ -298,14 +303,12 @@ class PrecedentMemory:
     def _check_promotion(self, p: Precedent, t: int) -> None:
         """Promote a hypothesis, or re-promote a revoked precedent, whose epoch mean passes theta_pro."""
         s, f = p.s_epoch, p.f_epoch
-        m = (self.a0 + s) / (self.a0 + self.b0 + s + f)
-        if m <= self.theta_pro:
+        if (self.a0 + s) / (self.a0 + self.b0 + s + f) <= self.theta_pro:
             return
-        verdict = self._admit(p, t)
+        verdict = self._admit(p, t) if self._gated else ""
         if verdict is None:
             return
-        prior, both, pro, _, _ = self._reasons()
-        reason = f"{self._rule_text('_epoch', s, f, prior, both)} > {pro}{verdict}"
+        reason = (self._reasons.get(("pro", s, f)) or self._reason("pro", s, f)) + verdict
         if p.state is _HYPOTHESIS:
             self._n_hypothesis -= 1
             p.state = _ACTIVE
@@ -319,11 +322,12 @@ class PrecedentMemory:
             self._active[p.id] = p
             self.repromotions += 1
             self.archive.log(p, t, "repromoted", f"revoked at t={since}; epoch {p.epoch} evidence: {reason}")
-        # the rest of the fixpoint: a promoted precedent may already meet a revocation condition
+        # the rest of the fixpoint: a promoted precedent may already meet a revocation condition (not
+        # before n_min observations in its life, whose epoch counts are part of them, nor unused)
         if self.revokes:
-            if self._posterior_due(p):
+            if p.s + p.f >= self.n_min and self._posterior_due(p):
                 self._revoke_by_posterior(p, t)
-            elif self._recent_due(p):
+            elif p.recent and self._recent_due(p):
                 self._revoke_by_recent(p, t)
 
     def _admit(self, p: Precedent, t: int) -> str | None:
@@ -331,55 +335,32 @@ class PrecedentMemory:
         TEPA-Rev promotes on the posterior alone."""
         return ""
 
-    def _reasons(self) -> tuple[str, ...]:
-        """The constant parts of the transition reasons: the prior "a0", "a0+b0" and the thresholds.
-        Formatted once per setting of the thresholds, because formatting a float with :g costs about a
-        microsecond and every lifecycle event needs several."""
-        params = (
-            self.a0,
-            self.b0,
-            self.n_min,
-            self.theta_rev,
-            self.theta_pro,
-            self.theta_rec,
-            self.m_rec,
-            self.W,
-        )
-        if params != self._reason_params:
-            self._reason_params = params
-            self._rule_texts = {}
-            self._reason_texts = (
-                f"{self.a0:g}",
-                f"{self.a0:g}+{self.b0:g}",
-                f"theta_pro={self.theta_pro:g}",
-                f"theta_rev={self.theta_rev:g}",
-                f"theta_rec={self.theta_rec:g} (m_rec={self.m_rec}, W={self.W})",
-            )
-        return self._reason_texts
-
-    def _rule_text(self, which: str, s: int, f: int, prior: str, both: str) -> str:
-        """The posterior mean on counts (s, f) as reasons show it (`which`: "_epoch", or "" for lifetime
-        counts; `prior`, `both`: from `_reasons()`, called first, which empties the texts when the
-        thresholds change). Formatted once per counts and thresholds: a fact stream promotes thousands
-        of precedents on the same few counts, and `:.4f` costs about a microsecond."""
-        text = self._rule_texts.get((which, s, f))
-        if text is None:
-            if len(self._rule_texts) >= _RULE_TEXTS:
-                self._rule_texts.clear()
-            m = (self.a0 + s) / (self.a0 + self.b0 + s + f)
-            text = self._rule_texts[which, s, f] = f"m{which}=({prior}+{s})/({both}+{s}+{f})={m:.4f}"
+    def _reason(self, kind: str, s: int, f: int) -> str:
+        """The reason of a promotion (`kind` "pro": on epoch counts) or a posterior revocation ("rev" on
+        epoch counts, "rev_lifetime" on lifetime ones) on counts (s, f). Remembered in `_reasons`, where
+        callers look first: a fact stream promotes and revokes thousands of precedents on the same few
+        counts, and `:.4f` costs about a microsecond."""
+        which = "" if kind == "rev_lifetime" else "_epoch"
+        prior, both, pro, rev, _ = self._reason_parts
+        m = (self.a0 + s) / (self.a0 + self.b0 + s + f)
+        rule = f"m{which}=({prior}+{s})/({both}+{s}+{f})={m:.4f}"
+        if kind == "pro":
+            text = f"{rule} > {pro}"
+        else:
+            text = f"posterior: s{which}+f{which}={s}+{f} >= n_min={self.n_min} and {rule} < {rev}"
+        if len(self._reasons) >= _REASONS:
+            self._reasons.clear()
+        self._reasons[kind, s, f] = text
         return text
 
     def _revoke_by_posterior(self, p: Precedent, t: int) -> None:
-        s, f, which = (p.s, p.f, "") if self._lifetime else (p.s_epoch, p.f_epoch, "_epoch")
-        prior, both, _, rev, _ = self._reasons()
-        rule = self._rule_text(which, s, f, prior, both)
-        self._revoke(p, t, f"posterior: s{which}+f{which}={s}+{f} >= n_min={self.n_min} and {rule} < {rev}")
+        s, f, kind = (p.s, p.f, "rev_lifetime") if self._lifetime else (p.s_epoch, p.f_epoch, "rev")
+        self._revoke(p, t, self._reasons.get((kind, s, f)) or self._reason(kind, s, f))
 
     def _revoke_by_recent(self, p: Precedent, t: int) -> None:
         n, ok = len(p.recent), sum(p.recent)
         self._revoke(
-            p, t, f"recent: {ok}/{n} of the last uses succeeded = {ok / n:.4f} < {self._reasons()[4]}"
+            p, t, f"recent: {ok}/{n} of the last uses succeeded = {ok / n:.4f} < {self._reason_parts[4]}"
         )
 
     def _revoke(self, p: Precedent, t: int, reason: str) -> None:
@@ -391,7 +372,7 @@ class PrecedentMemory:
         p.state = _REVOKED
         self._new_epoch(p)
         if self.clear_recent_on_revoke:
-            p.recent.clear()
+            p.recent = ()
         self.archive.admit(p)
         self.revocations += 1
         self.archive.log(p, t, "revoked", reason)

@@ -23,6 +23,9 @@ class State(StrEnum):
     REVOKED = "revoked"
 
 
+_HYPOTHESIS = State.HYPOTHESIS  # a module constant: reading a member off the enum class costs more
+
+
 class LifecycleEvent(NamedTuple):
     """One entry of a precedent's history: when, what happened, and why (with the numbers)."""
 
@@ -31,7 +34,7 @@ class LifecycleEvent(NamedTuple):
     reason: str
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class Precedent:
     """The belief "`value` is the current value for `key`", with the evidence for and against it.
 
@@ -40,27 +43,50 @@ class Precedent:
     own value while revoked when `own_failure_new_epoch` is on): promotion reads them, so a revoked
     precedent is judged on what happened *after* it was revoked, and the posterior revocation rule reads
     them or the lifetime counts (`counts`). `recent` holds the outcomes of the last W uses (from
-    feedback). Identity is the object (and `id`), never the counts.
+    feedback): an empty tuple until the first use, since most precedents of a fact stream are never
+    used and a deque costs a 500-byte block. Identity is the object (and `id`), never the counts.
     """
 
     id: int
     key: Hashable
     value: str
     created_t: int
-    recent: deque[bool] = field(repr=False)
-    s: int = 0
-    f: int = 0
-    s_epoch: int = 0
-    f_epoch: int = 0
-    epoch: int = 0
-    state: State = State.HYPOTHESIS
-    updated_t: int = 0
-    text: str = field(default="", repr=False)
-    source: str = field(default="", repr=False)
-    trial_rounds: int = 0
-    history: list[LifecycleEvent] = field(default_factory=list, repr=False)
-    _evidence: Evidence | None = field(default=None, repr=False)
-    _key_text: str | None = field(default=None, repr=False)
+    recent: deque[bool] | tuple[()] = field(repr=False)
+    s: int
+    f: int
+    s_epoch: int
+    f_epoch: int
+    epoch: int
+    state: State
+    updated_t: int
+    text: str = field(repr=False)
+    source: str = field(repr=False)
+    trial_rounds: int
+    history: list[LifecycleEvent] = field(repr=False)
+    _evidence: Evidence | None = field(repr=False)
+    _key_text: str = field(repr=False)
+
+    def __init__(self, id: int, key: Hashable, value: str, t: int, text: str = "", source: str = "") -> None:
+        """A hypothesis created by its first supporting observation (of `value` for `key` at step `t`).
+        Only the observation's fields are arguments: creation is a fact stream's hot path."""
+        self.id = id
+        self.key = key
+        self.value = value
+        self.created_t = t
+        self.recent = ()
+        self.s = 1
+        self.f = 0
+        self.s_epoch = 1
+        self.f_epoch = 0
+        self.epoch = 0
+        self.state = _HYPOTHESIS
+        self.updated_t = t
+        self.text = text
+        self.source = source
+        self.trial_rounds = 0
+        self.history = []
+        self._evidence = None
+        self._key_text = str(key)  # every precedent's first event logs it
 
     def posterior_mean(self, a0: float, b0: float) -> float:
         """Lifetime validity posterior mean, (a0 + s) / (a0 + b0 + s + f)."""
@@ -93,10 +119,7 @@ class Precedent:
 
     def key_text(self) -> str:
         """`str(key)`, computed once: every lifecycle event logs it, and a tuple key's str is slow."""
-        text = self._key_text
-        if text is None:
-            text = self._key_text = str(self.key)
-        return text
+        return self._key_text
 
     def record(self) -> dict[str, Any]:
         """A JSON-ready audit record: counts, state and the full history."""
