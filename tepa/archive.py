@@ -11,11 +11,9 @@ from collections.abc import Hashable
 from typing import Any
 
 from analysis.streamlog.events import EVENTS, FIELDS, STATES
-from tepa.precedent import LifecycleEvent, Precedent
+from tepa.precedent import Precedent
 
 __all__ = ["EVENTS", "EVENT_LAYOUT", "STATES", "Archive"]
-
-_new_event = tuple.__new__  # a LifecycleEvent from its full field tuple, without NamedTuple's slower __new__
 
 #: The fields of a logged event, in order, with their types (`analysis.streamlog.encoding` writes rows of
 #: exactly this layout from a template); the event names and states are `EVENTS` and `STATES`, defined
@@ -59,7 +57,7 @@ class Archive:
 
     def log(self, precedent: Precedent, t: int, event: str, reason: str) -> None:
         """Record a lifecycle event in the precedent's history and in the flat log (state after it)."""
-        precedent.history.append(_new_event(LifecycleEvent, (t, event, reason)))
+        precedent._history.append((t, event, reason))  # what `history` reads
         self._events.append(
             {
                 "t": t,

@@ -316,7 +316,7 @@ class PrecedentMemory:
             self.promotions += 1
             self.archive.log(p, t, "promoted", reason)
         else:
-            since = next(e.t for e in reversed(p.history) if e.event == "revoked")
+            since = next(when for when, event, _ in reversed(p._history) if event == "revoked")
             self.archive.release(p)
             p.state = _ACTIVE
             self._active[p.id] = p

@@ -44,7 +44,8 @@ class Precedent:
     precedent is judged on what happened *after* it was revoked, and the posterior revocation rule reads
     them or the lifetime counts (`counts`). `recent` holds the outcomes of the last W uses (from
     feedback): an empty tuple until the first use, since most precedents of a fact stream are never
-    used and a deque costs a 500-byte block. Identity is the object (and `id`), never the counts.
+    used and a deque costs a 500-byte block. `history` is the audit trail. Identity is the object (and
+    `id`), never the counts.
     """
 
     id: int
@@ -62,7 +63,7 @@ class Precedent:
     text: str = field(repr=False)
     source: str = field(repr=False)
     trial_rounds: int
-    history: list[LifecycleEvent] = field(repr=False)
+    _history: list[tuple[int, str, str]] = field(repr=False)  # see `history`
     _evidence: Evidence | None = field(repr=False)
     _key_text: str = field(repr=False)
 
@@ -84,7 +85,7 @@ class Precedent:
         self.text = text
         self.source = source
         self.trial_rounds = 0
-        self.history = []
+        self._history = []
         self._evidence = None
         self._key_text = str(key)  # every precedent's first event logs it
 
@@ -116,6 +117,13 @@ class Precedent:
                 ),  # fmt: skip
             )
         return ev
+
+    @property
+    def history(self) -> list[LifecycleEvent]:
+        """Every lifecycle event of this precedent, oldest first (a new list). Kept as plain tuples and
+        made LifecycleEvents when read: building a NamedTuple costs several times a tuple, and a fact
+        stream logs two or three events per fact while its history is seldom read."""
+        return list(map(LifecycleEvent._make, self._history))
 
     def key_text(self) -> str:
         """`str(key)`, computed once: every lifecycle event logs it, and a tuple key's str is slow."""

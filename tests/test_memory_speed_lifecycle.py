@@ -9,7 +9,7 @@ from collections import deque
 
 import pytest
 
-from tepa import Evidence, Observation, Precedent, Query, TEPARev
+from tepa import Evidence, LifecycleEvent, Observation, Precedent, Query, TEPARev
 
 
 def expected_reason(event: dict, m: TEPARev) -> str | None:
@@ -110,3 +110,19 @@ def test_a_subclass_gate_is_asked_before_every_promotion():
     (found,) = memory.retrieve(Query("k"))
     assert isinstance(found, Evidence) and found.value == "v"
     assert memory.precedents()[0].history[-1].reason.endswith("> theta_pro=0.6; allowed")
+
+
+def test_history_reads_as_lifecycle_events_and_a_repromotion_names_the_latest_revocation():
+    memory = TEPARev(n_min=2, theta_rev=0.55)  # one newer conflicting fact revokes
+    for t, value in enumerate(["red", "blue", "red", "blue", "red"]):
+        memory.observe(Observation("k", value, True, t))
+    red = memory.lookup("k", "red")
+    history = red.history
+    assert all(isinstance(e, LifecycleEvent) for e in history)
+    assert [(e.t, e.event) for e in history] == [
+        (0, "created"), (0, "promoted"), (1, "revoked"), (2, "repromoted"), (3, "revoked"), (4, "repromoted")
+    ]  # fmt: skip
+    assert history[-1].reason.startswith("revoked at t=3; epoch 2 evidence:")
+    assert red.record()["history"][2] == {"t": 1, "event": "revoked", "reason": history[2].reason}
+    history.clear()  # a new list each time: the precedent's own is untouched
+    assert len(red.history) == 6
