@@ -23,6 +23,7 @@ from analysis.metrics.display import (
     sorted_experiments,
     sorted_methods,
 )
+from analysis.metrics.runs import labelled, run_labels
 from analysis.reference.configuration import paper_departures
 from analysis.stats import (
     MIN_BOOTSTRAP_SEEDS,
@@ -66,10 +67,11 @@ def success_per_seed(episodes: pd.DataFrame) -> pd.DataFrame:
 
     Columns: run, experiment, env, memory, seed, phase, success, n_episodes.
     """
-    keys = ["run", *LABELS]
-    by_phase = episodes.groupby([*keys, "phase"], sort=False)["success"].agg(["mean", "size"]).reset_index()
-    overall = episodes.groupby(keys, sort=False)["success"].agg(["mean", "size"]).reset_index()
-    overall.insert(len(keys), "phase", OVERALL)
+    labels = run_labels(episodes, LABELS)
+    success = episodes.groupby(["run", "phase"], sort=False)["success"]
+    by_phase = labelled(success.agg(["mean", "size"]), labels)
+    overall = labelled(episodes.groupby("run", sort=False)["success"].agg(["mean", "size"]), labels)
+    overall.insert(1 + len(LABELS), "phase", OVERALL)
     frame = pd.concat([by_phase, overall], ignore_index=True)
     return frame.rename(columns={"mean": "success", "size": "n_episodes"})
 
@@ -376,9 +378,10 @@ def run_costs(episodes: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     log them). trials_per_promotion = trials / (promotions + repromotions), NaN when nothing was
     promoted.
     """
-    frame = episodes.groupby(["run", *LABELS], sort=False)[["trials", "trial_passes"]].max().reset_index()
+    by_run = episodes.groupby("run", sort=False)
+    frame = labelled(by_run[["trials", "trial_passes"]].max(), run_labels(episodes, LABELS))
     if "prompt_tokens" in episodes:
-        frame["prompt_tokens"] = frame["run"].map(episodes.groupby("run")["prompt_tokens"].mean())
+        frame["prompt_tokens"] = frame["run"].map(by_run["prompt_tokens"].mean())
     else:
         frame["prompt_tokens"] = np.nan
     counts = (

@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analysis.metrics.display import estimate_columns, settings, sorted_methods
+from analysis.metrics.runs import labelled, run_labels
 from analysis.stats import mean_cis
 from analysis.streamlog.record import LABELS, QUALITY
 
@@ -84,10 +85,10 @@ def episode_columns(table: pa.Table) -> dict[str, np.ndarray]:
 def per_run(episodes: pd.DataFrame, overall: str) -> pd.DataFrame:
     """Each run's METRICS in each phase and over the whole stream (phase `overall`); NaN where undefined
     (no retrieved line, no decision with a known truth, no sample)."""
-    keys = ["run", *LABELS, "seed"]
-    frame = episodes[[*keys, "phase", *EPISODE_COLUMNS]].assign(lines=episodes["current"] + episodes["stale"])
+    labels = run_labels(episodes, [*LABELS, "seed"])
+    frame = episodes[["run", "phase", *EPISODE_COLUMNS]].assign(lines=episodes["current"] + episodes["stale"])
     parts = []
-    for by, phase in (([*keys, "phase"], None), (keys, overall)):
+    for by, phase in ((["run", "phase"], None), ("run", overall)):
         grouped = frame.groupby(by, sort=False)
         sums = grouped[["stale", "lines"]].sum(min_count=1)
         means = grouped[["truth_present", "stale_present", "polluted"]].mean()
@@ -99,9 +100,10 @@ def per_run(episodes: pd.DataFrame, overall: str) -> pd.DataFrame:
                 "pollution": means["polluted"],
                 "lines": sums["lines"],
             }
-        ).reset_index()
+        )
+        part = labelled(part, labels)
         if phase is not None:
-            part.insert(len(keys), "phase", phase)
+            part.insert(2 + len(LABELS), "phase", phase)
         parts.append(part)
     return pd.concat(parts, ignore_index=True)
 
