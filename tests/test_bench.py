@@ -12,7 +12,6 @@ import pytest
 
 from runners.bench import agent as bench_agent
 from runners.bench import breakdown
-from runners.bench import clock as bench_clock
 from runners.bench import memory as bench_memory
 from runners.bench import suite as bench
 from runners.launch import reproduce
@@ -326,15 +325,6 @@ def test_only_samples_updates_that_section_of_a_full_report_and_its_markdown(tmp
     assert row["value"] == 2.0 and row["met"] is False
     md = (tmp_path / "bench.md").read_text()
     assert "The samples section was measured again on" in md and "CPU seconds 3 against 1.5, 2 x" in md
-    speed = updated["meta"]["updated"]["samples"]
-    assert speed["speed_probe_ms_start"] > 0 and speed["speed_probe_ms_end"] > 0
-    assert f"speed probe {speed['speed_probe_ms_start']} ms at the start and" in md
-
-
-def test_the_speed_probe_is_the_median_of_its_rounds_cpu_in_milliseconds(monkeypatch):
-    clock = iter([0.0, 0.2, 1.0, 1.05, 2.0, 2.3, 3.0, 3.1, 4.0, 4.4, 5.0, 5.15, 6.0, 6.25])
-    monkeypatch.setattr(bench_clock.time, "process_time", lambda: next(clock))
-    assert bench_clock.machine_speed() == 200.0  # rounds 200, 50, 300, 100, 400, 150, 250 ms
 
 
 def test_only_reproduce_times_it_once_into_the_kept_folder_and_updates_its_target(tmp_path, monkeypatch):

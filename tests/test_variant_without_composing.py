@@ -14,7 +14,7 @@ from runners.compose import CONF_DIR, compose_config
 from runners.store import identity
 from runners.store.identity import Variant, variant_of
 
-PAPER_JOB = ("experiment=paper_preference", "memory=lww", "results_dir=/tmp/r", "progress=false")
+PAPER_JOB = ("experiment=paper_preference", "memory=lww", "results_dir=other_results", "progress=false")
 HYDRA = ("hydra/launcher=joblib", "hydra.launcher.n_jobs=1", "hydra.mode=MULTIRUN")
 
 CASES = [
@@ -28,8 +28,8 @@ CASES = [
     (("memory=sliding_window", "memory.steps=4"), True),
     (("experiment=sweep_thresholds", "memory.theta_rev=0.3"), True),
     (("retrieval=bm25",), True),
-    (("retrieval=dense", "results_dir=/tmp/r"), True),
-    (("llm=openai", "results_dir=/tmp/r"), True),  # its cache_path refers to results_dir
+    (("retrieval=dense", "results_dir=other_results"), True),
+    (("llm=openai", "results_dir=other_results"), True),  # its cache_path refers to results_dir
     (("+env.noise=0.1",), True),
     ((*PAPER_JOB, "hydra.searchpath=[pkg://hydra.conf]"), True),
 ]

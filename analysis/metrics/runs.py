@@ -1,9 +1,9 @@
 """Per-run aggregates of the episodes frame with each run's labels.
 
 A run determines its labels (experiment, env, memory, seed), so grouping the episodes by run (and phase)
-alone and adding the labels afterwards gives the rows and order that grouping by all of them gives, at
-about half the cost: on a reproduction's 870,000 episodes a groupby over the run and its four labels
-took 0.10 s, one over the run alone 0.03.
+alone and adding the labels afterwards gives the rows and order that grouping by all of them gives, for
+less: on a reproduction's 870,000 episodes the success per run and phase took 0.09 s this way, labels
+included, against 0.13 s grouped by the run, its four labels and the phase.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from runners.bench import agent as bench_agent
 from runners.bench import memory as bench_memory
 from runners.bench.breakdown import FLOOR_STAGES, STAGES
 from runners.bench.breakdown import breakdown as cpu_breakdown
-from runners.bench.clock import children_cpu, machine_speed
+from runners.bench.clock import children_cpu
 from runners.bench.map_timing import MAP_BUDGET_S, time_map
 from runners.bench.retrieval import retrieval_cost, run_cost
 from runners.bench.samples import sample_cost
@@ -175,7 +175,6 @@ def only(args: argparse.Namespace) -> int:
     meta = _meta(args)
     section = measure()
     meta["load_average_end"] = _load()
-    meta["speed_probe_ms_end"] = machine_speed()
     text = json.dumps({"meta": meta, args.only: section}, indent=2) + "\n"
     full = _read_report(args.out) if args.out is not None else None
     if full is not None:
@@ -303,7 +302,6 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = lambda msg: None)
     report["meta"]["section_seconds"] = took
     report["meta"]["bench_seconds"] = round(sum(took.values()), 1)
     report["meta"]["load_average_end"] = _load()
-    report["meta"]["speed_probe_ms_end"] = machine_speed()
     report["targets"] = targets(report)
     return report
 
@@ -490,8 +488,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "## Performance (`make bench`)",
         "",
         f"Measured {meta['date']} on {meta['cpus']} CPUs ({meta['platform']}, Python {meta['python']}), "
-        f"load average {meta['load_average_start']} at the start and {meta['load_average_end']} at the end"
-        f"{_speed(meta)}; "
+        f"load average {meta['load_average_start']} at the start and {meta['load_average_end']} at the end; "
         f"{meta['repeats']} repetitions, medians. Reproduce with `make bench`, i.e. `{meta['command']}` "
         "(`--skip-reproduce` leaves out the timing of `make reproduce`); it took "
         f"{meta['bench_seconds']:g} s ("
@@ -501,7 +498,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             f" The {name} section was measured again on {m['date']} (`{m['command']}`, "
             + ("once" if m["repeats"] == 1 else f"{m['repeats']} repetitions")
             + f", load average {m['load_average_start']} at the start and "
-            f"{m.get('load_average_end', 'unknown')} at the end{_speed(m)})."
+            f"{m.get('load_average_end', 'unknown')} at the end)."
             for name, m in meta.get("updated", {}).items()
         ),
         "",
@@ -748,16 +745,6 @@ def _method_order(name: str) -> int:
     return order.index(name) if name in order else len(order)
 
 
-def _speed(meta: dict[str, Any]) -> str:
-    """The speed probe's figures of a measurement, as a clause (none in reports from before it)."""
-    if "speed_probe_ms_start" not in meta:
-        return ""
-    return (
-        f", speed probe {meta['speed_probe_ms_start']} ms at the start and "
-        f"{meta.get('speed_probe_ms_end', 'unknown')} at the end"
-    )
-
-
 def _load() -> str:
     try:
         return " ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -789,5 +776,4 @@ def _meta(args: argparse.Namespace) -> dict[str, Any]:
         + (f" --only {args.only}" if args.only else "")
         + (f" --out {args.out}" if args.out else ""),
         "load_average_start": _load(),
-        "speed_probe_ms_start": machine_speed(),
     }
