@@ -44,6 +44,7 @@ from runners.bench.breakdown import FLOOR_STAGES, STAGES
 from runners.bench.breakdown import breakdown as cpu_breakdown
 from runners.bench.clock import children_cpu
 from runners.bench.map_timing import MAP_BUDGET_S, time_map
+from runners.bench.reference import TARGET_REFERENCE, paired, resolve
 from runners.bench.retrieval import retrieval_cost, run_cost
 from runners.bench.samples import sample_cost
 from runners.bench.testsuite import TEST_BUDGET_S, time_tests
@@ -115,6 +116,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="run the timed `make reproduce` into this folder and keep it (e.g. to diff its tables with "
         "results/tables); default: a temporary folder",
     )
+    parser.add_argument(
+        "--reference",
+        nargs="?",
+        const=TARGET_REFERENCE["commit"][:7],
+        default=None,
+        metavar="COMMIT",
+        help="also time `make reproduce` at COMMIT and at this tree back to back, and report the ratios "
+        f"(default COMMIT: {TARGET_REFERENCE['commit'][:7]}, the one the targets were set against: "
+        "this tree's figures scaled to that machine)",
+    )
+    parser.add_argument(
+        "--reference-pairs", type=int, default=1, help="pairs of timings with --reference (median ratio)"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one repetition: a smoke run")
     parser.add_argument(
         "--only",
@@ -127,7 +141,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.quick:
         args.repeats, args.observations, args.keys, args.episodes = 1, 2000, 50, 40
         args.scaling_base, args.scaling_window = 20, 4
-    for name in ("repeats", "observations", "keys", "episodes", "scaling_base", "scaling_window"):
+    names = (
+        "repeats",
+        "observations",
+        "keys",
+        "episodes",
+        "scaling_base",
+        "scaling_window",
+        "reference_pairs",
+    )
+    for name in names:
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(args, name)}")
     if args.episodes % 4:
@@ -136,6 +159,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         )
     if args.scaling_window < 2:
         parser.error(f"--scaling-window: must be >= 2, got {args.scaling_window}")
+    if args.reference is not None:
+        try:
+            args.reference = resolve(args.reference, PROJECT_ROOT)
+        except ValueError as exc:
+            parser.error(str(exc))
     return args
 
 
@@ -166,7 +194,7 @@ def only(args: argparse.Namespace) -> int:
     measure = {
         "retrieval": lambda: retrieval(args),
         "samples": lambda: sample_cost(args.repeats, tree_bytes, **(QUICK_SAMPLES if quick else {})),
-        "reproduce": lambda: time_reproduce(args.reproduce_dir),  # run once: it is minutes long
+        "reproduce": lambda: measure_reproduce(args),  # run once: it is minutes long
         "breakdown": lambda: cpu_breakdown(**(QUICK_BREAKDOWN if quick else {})),
         "tests": lambda: time_tests(PROJECT_ROOT),  # run once: it is minutes long
     }[args.only]
@@ -284,7 +312,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = lambda msg: None)
         section(
             "reproduce",
             "make reproduce: the Makefile's commands into a temporary results_dir",
-            lambda: time_reproduce(args.reproduce_dir),
+            lambda: measure_reproduce(args),
         )
     if args.skip_map or args.quick:
         report["map"] = {"skipped": "--skip-map" if args.skip_map else "--quick"}
@@ -320,6 +348,15 @@ def reproduce_commands(results_dir: str) -> tuple[list[reproduce.Step], list[str
         "--quiet",
     ]
     return reproduce.steps(results_dir), analysis
+
+
+def measure_reproduce(args: argparse.Namespace) -> dict[str, Any]:
+    """The reproduce section: `time_reproduce`, and with `--reference` the pairs of timings of the
+    reference commit and this tree under `reference` (runners.bench.reference)."""
+    section = time_reproduce(args.reproduce_dir)
+    if args.reference is not None:
+        section["reference"] = paired(args.reference, PROJECT_ROOT, args.reference_pairs)
+    return section
 
 
 def time_reproduce(keep: Path | None = None) -> dict[str, Any]:
@@ -418,6 +455,7 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     fp = report["prompt_footprint"]["methods"]
     sc = report["scaling"]["methods"]
     rep = report["reproduce"]
+    scaled = rep.get("reference", {}).get("scaled", {})
 
     def row(name: str, value: float | None, op: str, bound: float) -> dict[str, Any]:
         met = None if value is None else (value <= bound if op == "<=" else value >= bound)
@@ -437,6 +475,14 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             rep.get("steps_s", {}).get("analysis"),
             "<=",
             ANALYSIS_S,
+        ),
+        *(
+            row(f"{name}, scaled to the targets' reference machine", scaled.get(figure), "<=", bound)
+            for name, figure, bound in (
+                ("make reproduce: wall seconds", "wall_s", REPRODUCE_WALL_S),
+                ("make reproduce: CPU seconds", "cpu_s", REPRODUCE_CPU_S),
+                ("make reproduce: the analysis, wall seconds", "analysis_s", ANALYSIS_S),
+            )
         ),
         row(
             f"transcript viewer on {VIEWER_EXPERIMENT}: CPU seconds",
@@ -612,6 +658,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         )
         cpu = f"; {rep['cpu_s']:g} CPU seconds in all" if rep.get("cpu_s") is not None else ""
         out += ["", f"`make reproduce` wall time: {total} ({steps}{skipped}{cpu})."]
+        out += _reference_markdown(rep.get("reference"))
         view = rep.get("viewer") or {}
         if "cpu_s" in view:
             out += [
@@ -660,6 +707,38 @@ def render_markdown(report: dict[str, Any]) -> str:
         tok = " | ".join(f"{x:,.0f}" for x in m["prompt_tokens"])
         out.append(f"| {name} | {us} | {m['slope_time']:.2f} | {tok} | {m['slope_tokens']:.2f} |")
     return "\n".join(out) + "\n"
+
+
+def _reference_markdown(reference: dict[str, Any] | None) -> list[str]:
+    """The pairs of timings against a reference commit (`--reference`), as one paragraph."""
+    if not reference:
+        return []
+    commit = reference["commit"][:7]
+    pairs = "; ".join(
+        f"{commit} {p['reference'].get('wall_s', 'failed')} s / {p['reference'].get('cpu_s', '-')} CPU s "
+        f"against {p['this'].get('wall_s', 'failed')} s / {p['this'].get('cpu_s', '-')} CPU s"
+        for p in reference["pairs"]
+    )
+    if "failed" in reference:
+        return [
+            "",
+            f"Timed against commit {commit} back to back: **failed** ({reference['failed']}); {pairs}.",
+        ]
+    ratios = reference["ratios"]
+    text = (
+        f"Timed against commit {commit} back to back, {len(reference['pairs'])} pair(s) ({pairs}): this "
+        f"tree takes {ratios['wall_s']:g} x its wall time, {ratios['cpu_s']:g} x its CPU time and "
+        f"{ratios['analysis_s']:g} x its analysis' wall time (medians of the pairs' ratios)."
+    )
+    scaled = reference.get("scaled")
+    if scaled:
+        text += (
+            f" On the machine where {commit} took {TARGET_REFERENCE['wall_s']:g} s, "
+            f"{TARGET_REFERENCE['cpu_s']:g} CPU s and {TARGET_REFERENCE['analysis_s']:g} s of analysis "
+            f"(where the targets were set), that is {scaled['wall_s']:g} s, {scaled['cpu_s']:g} CPU s and "
+            f"{scaled['analysis_s']:g} s: the scaled rows of the table above."
+        )
+    return ["", text]
 
 
 def _test_wall(tests: dict[str, Any]) -> float | None:

@@ -1,0 +1,137 @@
+"""`make reproduce` timed against a reference commit back to back (runners.bench.reference): which trees
+run which commands in which order, the ratios and the scaled figures, and the report's rows. No timing
+is asserted."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runners.bench import reference
+from runners.bench import suite as bench
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _repo(path: Path) -> str:
+    """A repository at `path` with one commit holding `marker.txt`; its hash."""
+    path.mkdir()
+    git = ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (path / "marker.txt").write_text("reference tree\n")
+    subprocess.run([*git, "add", "marker.txt"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "one"], check=True)
+    return subprocess.run(
+        [*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def test_pairs_alternate_which_tree_goes_first_and_take_the_median_of_their_ratios(tmp_path):
+    commit = _repo(tmp_path / "repo")
+    seen = []
+    figures = iter([100, 50, 60, 120, 100, 70])  # reference, this; this, reference; reference, this
+
+    def timer(tree: Path) -> dict:
+        side = "this" if tree == tmp_path / "repo" else "reference"
+        assert (tree / "marker.txt").read_text() == "reference tree\n"  # the commit's tree, extracted
+        seen.append(side)
+        value = float(next(figures))
+        return {"wall_s": value, "cpu_s": 2 * value, "analysis_s": value / 10}
+
+    out = reference.paired(commit[:7], tmp_path / "repo", pairs=3, timer=timer)
+    assert seen == ["reference", "this", "this", "reference", "reference", "this"]
+    assert out["commit"] == commit and len(out["pairs"]) == 3
+    assert out["ratios"] == {"wall_s": 0.5, "cpu_s": 0.5, "analysis_s": 0.5}  # median of 0.5, 0.5, 0.7
+    assert "scaled" not in out  # only the targets' reference has figures to scale by
+
+
+def test_against_the_targets_reference_this_trees_figures_are_scaled_to_its_machine(tmp_path, monkeypatch):
+    commit = _repo(tmp_path / "repo")
+    monkeypatch.setitem(reference.TARGET_REFERENCE, "commit", commit)
+    sides = iter(
+        [
+            {"wall_s": 200.0, "cpu_s": 400.0, "analysis_s": 10.0},
+            {"wall_s": 100.0, "cpu_s": 300.0, "analysis_s": 4.0},
+        ]
+    )
+    out = reference.paired(commit, tmp_path / "repo", timer=lambda tree: next(sides))
+    assert out["ratios"] == {"wall_s": 0.5, "cpu_s": 0.75, "analysis_s": 0.4}
+    expected = {f: round(r * reference.TARGET_REFERENCE[f], 1) for f, r in out["ratios"].items()}
+    assert out["scaled"] == expected
+
+
+def test_a_failed_timing_stops_the_pairs_and_is_named(tmp_path):
+    commit = _repo(tmp_path / "repo")
+    sides = iter(
+        [
+            {"failed": "runners.launch.reproduce: exit 1: boom"},
+            {"wall_s": 1.0, "cpu_s": 1.0, "analysis_s": 1.0},
+        ]
+    )
+    out = reference.paired(commit, tmp_path / "repo", pairs=2, timer=lambda tree: next(sides))
+    assert len(out["pairs"]) == 1 and "ratios" not in out
+    assert out["failed"] == "reference: runners.launch.reproduce: exit 1: boom"
+
+
+def test_a_tree_is_timed_running_its_own_reproduce_and_analysis_commands(tmp_path):
+    tree = tmp_path / "tree"
+    for package in ("runners", "runners/launch", "analysis"):
+        (tree / package).mkdir(parents=True)
+        (tree / package / "__init__.py").write_text("")
+    (tree / "runners/launch/reproduce.py").write_text(
+        "import pathlib, sys\n"
+        "out = pathlib.Path(sys.argv[sys.argv.index('--results-dir') + 1])\n"
+        "(out / 'runs').mkdir(parents=True)\n"
+        "(out / 'runs' / 'by').write_text(__file__)\n"
+    )
+    (tree / "analysis/__main__.py").write_text(
+        "import pathlib, sys\n"
+        "runs = pathlib.Path(sys.argv[sys.argv.index('--runs') + 1])\n"
+        "assert (runs / 'by').read_text().startswith("
+        + repr(str(tree))
+        + "), 'not the tree s own reproduce'\n"
+        "assert sys.argv[-1] == '--quiet'\n"
+    )
+    out = reference.time_tree(tree)
+    assert set(out) == {"wall_s", "cpu_s", "analysis_s"} and out["wall_s"] >= out["analysis_s"] >= 0
+    (tree / "analysis/__main__.py").write_text("import sys; print('no runs', file=sys.stderr); sys.exit(3)\n")
+    assert reference.time_tree(tree) == {"failed": "-m analysis: exit 3: no runs"}
+
+
+def test_an_unknown_reference_stops_the_benchmark_with_the_option_named(capsys):
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--only", "reproduce", "--reference", "not-a-commit"])
+    err = capsys.readouterr().err
+    assert "--reference not-a-commit: not a commit of the repository" in err
+
+
+def test_the_scaled_figures_are_rows_of_the_targets_and_the_pairs_a_paragraph_of_the_report():
+    report = json.loads((ROOT / "results" / "bench.json").read_text())
+    commit = reference.TARGET_REFERENCE["commit"]
+    pair = {"reference": {"wall_s": 200.0, "cpu_s": 400.0}, "this": {"wall_s": 100.0, "cpu_s": 210.0}}
+    report["reproduce"] = dict(
+        report["reproduce"],
+        reference={
+            "commit": commit,
+            "pairs": [pair],
+            "ratios": {"wall_s": 0.5, "cpu_s": 0.525, "analysis_s": 0.6},
+            "scaled": {"wall_s": 97.3, "cpu_s": 198.8, "analysis_s": 5.6},
+        },
+    )
+    rows = {t["figure"]: t for t in bench.targets(report)}
+    scaled = "scaled to the targets' reference machine"
+    assert rows[f"make reproduce: wall seconds, {scaled}"]["met"] is True
+    assert rows[f"make reproduce: CPU seconds, {scaled}"]["value"] == 198.8
+    assert rows[f"make reproduce: the analysis, wall seconds, {scaled}"]["met"] is False
+    md = bench.render_markdown(report)
+    assert f"Timed against commit {commit[:7]} back to back, 1 pair(s)" in md
+    assert "0.525 x its CPU time" in md and "that is 97.3 s, 198.8 CPU s and 5.6 s" in md
+    del report["reproduce"]["reference"]
+    rows = {t["figure"]: t for t in bench.targets(report)}
+    assert rows[f"make reproduce: wall seconds, {scaled}"]["met"] is None  # not measured
+
+
+def test_make_bench_times_against_the_targets_reference():
+    recipe = (ROOT / "Makefile").read_text().split("\nbench:")[1].split("\n\n")[0]
+    assert "-m runners.bench --out results/bench.json --reference" in recipe
