@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from envs.executable_drift import sandbox as sandbox_module
 from envs.executable_drift.sandbox import (
     MAX_INVOCATION_CHARS,
     Layout,
@@ -178,7 +179,18 @@ def test_restore_sees_a_same_size_rewrite_a_planted_link_and_what_it_is_told_a_t
 SWEPT = Layout({"build/x.tar.gz": None, "build/deep/y.txt": 1}, frozenset({"build", "build/deep"}))
 
 
-def test_a_folder_moved_out_between_sweeps_is_never_swept_and_its_replacement_is(tmp_path):
+@pytest.fixture(params=["inotify", "status"])
+def watching(request, monkeypatch):
+    """The sweep with Linux's inotify on its folders, and as it is without it (every folder's status
+    taken): the same removals either way."""
+    if request.param == "status":
+        monkeypatch.setattr(sandbox_module._Watch, "add", lambda self, path, fd: False)
+    elif not os.path.isdir("/proc/self/fd"):
+        pytest.skip("inotify watches folders through /proc/self/fd")
+    return request.param
+
+
+def test_a_folder_moved_out_between_sweeps_is_never_swept_and_its_replacement_is(tmp_path, watching):
     root = tmp_path / "box"
     (root / "build" / "deep").mkdir(parents=True)
     box = Sandbox(root)
@@ -193,7 +205,24 @@ def test_a_folder_moved_out_between_sweeps_is_never_swept_and_its_replacement_is
     assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == ["build", "build/deep"]
 
 
-def test_a_sweep_told_what_was_written_still_removes_what_was_planted_and_what_was_overwritten(tmp_path):
+def test_a_kept_folder_renamed_to_another_kept_name_is_swept_under_its_new_one(tmp_path, watching):
+    layout = Layout({"build/x.tar.gz": None, "dist/x.tar.gz": None}, frozenset({"build", "dist"}))
+    root = tmp_path / "box"
+    (root / "build").mkdir(parents=True)
+    box = Sandbox(root)
+    box.sweep(layout, 2**20)  # holds (and watches) build/
+    (root / "build").rename(root / "dist")  # the same folder under another name the layout keeps
+    box.sweep(layout, 2**20, touched=[])
+    (root / "build").mkdir()  # a new folder under the old name: the old one's watch is dropped
+    box.sweep(layout, 2**20, touched=[])
+    (root / "dist" / "junk.txt").write_text("planted")
+    box.sweep(layout, 2**20, touched=[])
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == ["build", "dist"]
+
+
+def test_a_sweep_told_what_was_written_still_removes_what_was_planted_and_what_was_overwritten(
+    tmp_path, watching
+):
     root = tmp_path / "box"
     (root / "build" / "deep").mkdir(parents=True)
     (root / "build" / "deep" / "y.txt").write_text("y")
@@ -212,6 +241,32 @@ def test_a_sweep_told_what_was_written_still_removes_what_was_planted_and_what_w
     (root / "build" / "x.tar.gz").write_bytes(b"x" * 2000)  # grown in place past the budget
     box.sweep(SWEPT, 1000, touched=["build/x.tar.gz"])
     assert not (root / "build" / "x.tar.gz").exists()
+
+
+def test_a_watched_sweep_takes_the_status_only_of_folders_that_had_an_event(tmp_path, monkeypatch):
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("inotify watches folders through /proc/self/fd")
+    root = tmp_path / "box"
+    (root / "build" / "deep").mkdir(parents=True)
+    (root / "build" / "deep" / "y.txt").write_text("y")
+    box = Sandbox(root)
+    box.sweep(SWEPT, 2**20)
+    if box._watch.fd < 0:
+        pytest.skip("no inotify here")
+    assert sorted(box._watched) == ["", "build/", "build/deep/"]
+    looked = []
+    status = sandbox_module._status
+    monkeypatch.setattr(sandbox_module, "_status", lambda fd: looked.append(fd) or status(fd))
+    box.sweep(SWEPT, 2**20, touched=[])
+    assert looked == []  # nothing happened: no fstat at all
+    (root / "build" / "deep" / "planted.txt").write_text("from outside")  # an event of build/deep/ alone
+    box.sweep(SWEPT, 2**20, touched=[])
+    assert looked == [box._watched["build/deep/"]]
+    assert not (root / "build" / "deep" / "planted.txt").exists()
+    (root / "build" / "deep" / "y.txt").write_text("too long for its layout size")  # in place, not told
+    monkeypatch.setattr(box._watch, "changed", lambda: None)  # as when the queue of events overflowed
+    box.sweep(SWEPT, 2**20, touched=[])
+    assert not (root / "build" / "deep" / "y.txt").exists()  # every folder listed again
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
@@ -391,7 +446,9 @@ def test_a_memoised_archive_check_ignores_the_gzip_timestamp_but_not_the_content
     assert tool.verify(Sandbox(tmp_path), subject, {**fixture, "reports/x": b"x"}, "1.0") is not None
 
 
-def test_clearing_a_path_the_last_sweep_saw_absent_still_removes_what_was_planted_there_since(tmp_path):
+def test_clearing_a_path_the_last_sweep_saw_absent_still_removes_what_was_planted_there_since(
+    tmp_path, watching
+):
     root = tmp_path / "box"
     (root / "build" / "deep").mkdir(parents=True)
     box = Sandbox(root)

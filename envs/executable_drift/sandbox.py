@@ -10,7 +10,9 @@ view misses still cannot leave the sandbox.
 
 After every call that ran a tool the environment sweeps the sandbox (`Sandbox.sweep`): everything that
 is not a job's input or output is removed, and outputs too once the sandbox holds more than its byte
-budget, so whatever actions write cannot pile up (each file is also capped by the tool worker).
+budget, so whatever actions write cannot pile up (each file is also capped by the tool worker). It
+lists only the folders whose status changed since it last looked; on Linux, inotify says which folders
+had any change at all, so the others' status is not even taken.
 
 The checks above look at paths, and a path can change after it was checked. So every file the tools
 and the environment write, read or delete is reached from a descriptor of the sandbox folder held
@@ -27,6 +29,7 @@ import os
 import shlex
 import shutil
 import stat
+import struct
 import weakref
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -57,6 +60,9 @@ class Sandbox:
         self._memo: dict[str, _Seen] = {}  # what the last sweep saw of each kept folder, by path
         self._memo_layout: Layout | None = None
         self._intact: dict[str, list[tuple[str, tuple[int, ...]]]] = {}  # see restore
+        self._watch: _Watch | None = None  # made by the first sweep (tools' sandboxes never sweep)
+        self._watched: dict[str, int] = {}  # the sweep's folders watched: path -> the descriptor watched
+        self._dirty: set[str] = set()  # watched folders with an event that no sweep has looked at yet
         weakref.finalize(self, _close_all, self._fd, self._held)
 
     def resolve(self, path: str) -> Path:
@@ -141,7 +147,22 @@ class Sandbox:
         fstat instead of a listing and an lstat per file), and the touched files in it are looked at
         alone. A change from outside is seen in the status of its folder as well (Linux makes a folder's
         change time fine-grained once it was read, so no change after a sweep hides in the same clock
-        tick). None: every folder is listed, as after a call of a tool whose writes are not known."""
+        tick). None: every folder is listed, as after a call of a tool whose writes are not known.
+
+        Where Linux's inotify is there, each kept folder is watched from the time its descriptor is held
+        (`_Watch`): every change of its status comes with an event, so a folder without one since the
+        last sweep looked at it is as it was and its status is not even taken (one read of the events
+        instead of an fstat per folder)."""
+        if self._watch is None:
+            self._watch = _Watch()
+            weakref.finalize(self, self._watch.close)
+            if self._watch.add("", self._fd):
+                self._watched[""] = self._fd
+        changed = self._watch.changed()
+        if changed is None:  # events were lost: every folder is listed
+            self._memo.clear()
+        else:
+            self._dirty |= changed
         if layout is not self._memo_layout or touched is None:
             self._memo.clear()
             self._memo_layout = layout
@@ -153,8 +174,12 @@ class Sandbox:
         stack = [("", self._fd)]
         while stack:
             rel, fd = stack.pop()
-            status = _status(fd)
             seen = self._memo.get(rel)
+            if seen is not None and self._watched.get(rel) == fd and rel not in self._dirty:
+                status = seen.status  # no event since it was looked at: unchanged
+            else:
+                status = _status(fd)
+                self._dirty.discard(rel)
             if seen is None or seen.status != status:
                 seen = self._list(rel, fd, layout, status)
             elif rel in touched_in:
@@ -253,10 +278,17 @@ class Sandbox:
         if held is not None and held[1] == entry.inode():
             return held[0]
         inner = _enter(entry.name, parent)
+        path = f"{name}/"
+        assert self._watch is not None  # made by the sweep that lists its parent
         if held is not None:
             os.close(self._held.pop(name)[0])
+            self._watched.pop(path, None)
+            self._watch.drop(path)
         if inner is not None:
             self._held[name] = (inner, os.fstat(inner).st_ino)
+            if self._watch.add(path, inner):
+                self._watched[path] = inner
+            self._dirty.add(path)  # what a sweep saw under this name was another folder
         return inner
 
     def relative(self, path: str | os.PathLike[str]) -> str:
@@ -504,6 +536,82 @@ class Layout:
         files.update((path, len(data)) for path, data in inputs.items())
         dirs = {path.rsplit("/", i)[0] for path in files for i in range(1, path.count("/") + 1)}
         return cls(files, frozenset(dirs))
+
+
+class _Watch:
+    """Linux's inotify on the folders a sweep keeps: an event for every entry added to, removed from
+    or renamed in a watched folder and every change of its own attributes or of its children's, so a
+    watched folder that had no event has the status it had (its inode is the held descriptor's).
+    Without inotify (another system, no /proc, the limit of instances or watches reached) nothing is
+    watched (the sweep takes every folder's status)."""
+
+    def __init__(self) -> None:
+        self.fd, self._add, self._remove = -1, None, None
+        self._paths: dict[int, str] = {}  # watch descriptor -> the folder's path as the sweep names it
+        self._wds: dict[str, int] = {}  # the other way round
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            self._add, self._remove = libc.inotify_add_watch, libc.inotify_rm_watch
+            self.fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        except (OSError, AttributeError):
+            self.fd = -1
+
+    def add(self, path: str, fd: int) -> bool:
+        """Watch the folder open at `fd` (by descriptor: its inode, wherever it is), named `path`."""
+        if self.fd < 0:
+            return False
+        assert self._add is not None
+        wd = self._add(self.fd, f"/proc/self/fd/{fd}".encode(), _WATCHED)
+        if wd < 0 or self._paths.get(wd, path) != path:  # failed, or watched under another name
+            return False
+        self._paths[wd], self._wds[path] = path, wd
+        return True
+
+    def drop(self, path: str) -> None:
+        """Stop watching the folder named `path` (it is no longer the one held under that name)."""
+        wd = self._wds.pop(path, None)
+        if wd is not None:
+            assert self._remove is not None
+            del self._paths[wd]
+            self._remove(self.fd, wd)
+
+    def changed(self) -> set[str] | None:
+        """The paths of the watched folders with an event since the last call; None: not known (its
+        queue overflowed and events were lost)."""
+        found: set[str] = set()
+        if self.fd < 0:
+            return found
+        while True:
+            try:
+                data = os.read(self.fd, _EVENTS_READ)
+            except BlockingIOError:
+                return found
+            at = 0
+            while at < len(data):
+                wd, mask, _, size = _EVENT.unpack_from(data, at)
+                if mask & _IN_Q_OVERFLOW:
+                    return None
+                path = self._paths.get(wd)
+                if path is not None:
+                    found.add(path)
+                at += _EVENT.size + size
+            if len(data) < _EVENTS_READ - _EVENT_MAX:  # everything queued fitted: nothing left
+                return found
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+# IN_ATTRIB, IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE, IN_DELETE_SELF, IN_MOVE_SELF, IN_ONLYDIR
+_WATCHED = 0x4 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800 | 0x01000000
+_IN_Q_OVERFLOW = 0x4000
+_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then len bytes of name)
+_EVENT_MAX = _EVENT.size + 256  # NAME_MAX + 1
+_EVENTS_READ = 2**16
 
 
 @dataclass(frozen=True, slots=True)
