@@ -220,6 +220,29 @@ def test_a_kept_folder_renamed_to_another_kept_name_is_swept_under_its_new_one(t
     assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == ["build", "dist"]
 
 
+def test_the_sandboxes_of_a_process_share_one_inotify_instance_and_each_sees_its_own_events(tmp_path):
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("inotify watches folders through /proc/self/fd")
+    boxes = []
+    for name in ("one", "two"):
+        (tmp_path / name / "build" / "deep").mkdir(parents=True)
+        boxes.append(Sandbox(tmp_path / name))
+        boxes[-1].sweep(SWEPT, 2**20)
+    one, two = boxes
+    if one._watch._inotify is None:
+        pytest.skip("no inotify here")
+    assert one._watch._inotify is two._watch._inotify
+    (tmp_path / "one" / "build" / "deep" / "planted.txt").write_text("from outside")
+    two.sweep(SWEPT, 2**20, touched=[])  # reads the event of one's folder: kept for one's next sweep
+    one.sweep(SWEPT, 2**20, touched=[])
+    assert not (tmp_path / "one" / "build" / "deep" / "planted.txt").exists()
+    instance = one._watch._inotify
+    del one, boxes
+    (tmp_path / "two" / "build" / "planted.txt").write_text("from outside")
+    two.sweep(SWEPT, 2**20, touched=[])  # the instance outlives the sandbox that made it
+    assert two._watch._inotify is instance and not (tmp_path / "two" / "build" / "planted.txt").exists()
+
+
 def test_a_sweep_told_what_was_written_still_removes_what_was_planted_and_what_was_overwritten(
     tmp_path, watching
 ):
@@ -251,7 +274,7 @@ def test_a_watched_sweep_takes_the_status_only_of_folders_that_had_an_event(tmp_
     (root / "build" / "deep" / "y.txt").write_text("y")
     box = Sandbox(root)
     box.sweep(SWEPT, 2**20)
-    if box._watch.fd < 0:
+    if box._watch._inotify is None:
         pytest.skip("no inotify here")
     assert sorted(box._watched) == ["", "build/", "build/deep/"]
     looked = []

@@ -34,7 +34,7 @@ import weakref
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO, ClassVar, TypeVar
 
 MAX_INVOCATION_CHARS = 2000
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC  # a folder, never through a link
@@ -539,76 +539,115 @@ class Layout:
 
 
 class _Watch:
-    """Linux's inotify on the folders a sweep keeps: an event for every entry added to, removed from
-    or renamed in a watched folder and every change of its own attributes or of its children's, so a
-    watched folder that had no event has the status it had (its inode is the held descriptor's).
-    Without inotify (another system, no /proc, the limit of instances or watches reached) nothing is
-    watched (the sweep takes every folder's status)."""
+    """One sandbox's watches on the folders its sweep keeps, in the process's inotify instance
+    (`_Inotify`): an event for every entry added to, removed from or renamed in a watched folder and
+    every change of its own attributes or of its children's, so a watched folder that had no event has
+    the status it had (its inode is the held descriptor's). Without inotify (another system, no /proc,
+    the limit of watches reached) nothing is watched (the sweep takes every folder's status)."""
 
     def __init__(self) -> None:
-        self.fd, self._add, self._remove = -1, None, None
-        self._paths: dict[int, str] = {}  # watch descriptor -> the folder's path as the sweep names it
-        self._wds: dict[str, int] = {}  # the other way round
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            self._add, self._remove = libc.inotify_add_watch, libc.inotify_rm_watch
-            self.fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-        except (OSError, AttributeError):
-            self.fd = -1
+        self._inotify = _Inotify.shared()
+        self._wds: dict[str, int] = {}  # path -> watch descriptor
+        self.events: set[str] = set()  # see changed; filled by `_Inotify.collect`
+        self.lost = False  # events were lost since the last `changed`
 
     def add(self, path: str, fd: int) -> bool:
         """Watch the folder open at `fd` (by descriptor: its inode, wherever it is), named `path`."""
-        if self.fd < 0:
+        wd = -1 if self._inotify is None else self._inotify.add(self, path, fd)
+        if wd < 0:
             return False
-        assert self._add is not None
-        wd = self._add(self.fd, f"/proc/self/fd/{fd}".encode(), _WATCHED)
-        if wd < 0 or self._paths.get(wd, path) != path:  # failed, or watched under another name
-            return False
-        self._paths[wd], self._wds[path] = path, wd
+        self._wds[path] = wd
         return True
 
     def drop(self, path: str) -> None:
         """Stop watching the folder named `path` (it is no longer the one held under that name)."""
         wd = self._wds.pop(path, None)
-        if wd is not None:
-            assert self._remove is not None
-            del self._paths[wd]
-            self._remove(self.fd, wd)
+        if wd is not None and self._inotify is not None:
+            self._inotify.remove(self, wd)
 
     def changed(self) -> set[str] | None:
-        """The paths of the watched folders with an event since the last call; None: not known (its
+        """The paths of the watched folders with an event since the last call; None: not known (the
         queue overflowed and events were lost)."""
-        found: set[str] = set()
-        if self.fd < 0:
-            return found
+        if self._inotify is not None:
+            self._inotify.collect()
+        events, lost, self.events, self.lost = self.events, self.lost, set(), False
+        return None if lost else events
+
+    def close(self) -> None:
+        """Stop every watch of this sandbox (the instance stays: closing one waits for the kernel)."""
+        for path in list(self._wds):
+            self.drop(path)
+
+
+class _Inotify:
+    """The process's inotify instance, shared by its sandboxes' `_Watch`es: closing an instance waits
+    some 16 ms for the kernel, and a user may open only 128. A forked child makes its own."""
+
+    _shared: ClassVar[_Inotify | None] = None
+
+    def __init__(self, libc: Any, fd: int) -> None:
+        self.fd, self.pid = fd, os.getpid()
+        self._add, self._remove = libc.inotify_add_watch, libc.inotify_rm_watch
+        self._owners: dict[int, tuple[_Watch, str]] = {}  # watch descriptor -> whose, and its path
+
+    @classmethod
+    def shared(cls) -> _Inotify | None:
+        """The instance of this process (None: inotify is not there)."""
+        here = cls._shared
+        if here is None or here.pid != os.getpid():
+            try:
+                import ctypes
+
+                libc = ctypes.CDLL(None, use_errno=True)
+                fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+            except (OSError, AttributeError):
+                return None
+            if fd < 0:
+                return None
+            here = cls._shared = cls(libc, fd)
+        return here
+
+    def add(self, owner: _Watch, path: str, fd: int) -> int:
+        """A watch on the folder open at `fd` for `owner`, as `path`; -1 when it cannot be made or the
+        folder is watched already (under another name, or by another sandbox)."""
+        wd = self._add(self.fd, f"/proc/self/fd/{fd}".encode(), _WATCHED)
+        if wd < 0 or self._owners.get(wd, (owner, path)) != (owner, path):
+            return -1
+        self._owners[wd] = (owner, path)
+        return wd
+
+    def remove(self, owner: _Watch, wd: int) -> None:
+        """Remove `owner`'s watch `wd` (unless the kernel did, as it does when its folder is deleted)."""
+        if self._owners.get(wd, (None, ""))[0] is owner:
+            del self._owners[wd]
+            self._remove(self.fd, wd)
+
+    def collect(self) -> None:
+        """Hand every queued event to the `_Watch` of its folder (`events`; `lost` for all when the
+        queue overflowed)."""
         while True:
             try:
                 data = os.read(self.fd, _EVENTS_READ)
             except BlockingIOError:
-                return found
+                return
             at = 0
             while at < len(data):
                 wd, mask, _, size = _EVENT.unpack_from(data, at)
                 if mask & _IN_Q_OVERFLOW:
-                    return None
-                path = self._paths.get(wd)
-                if path is not None:
-                    found.add(path)
+                    for owner, _ in self._owners.values():
+                        owner.lost = True
+                whose = self._owners.pop(wd, None) if mask & _IN_IGNORED else self._owners.get(wd)
+                if whose is not None:
+                    whose[0].events.add(whose[1])
                 at += _EVENT.size + size
             if len(data) < _EVENTS_READ - _EVENT_MAX:  # everything queued fitted: nothing left
-                return found
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+                return
 
 
 # IN_ATTRIB, IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE, IN_DELETE_SELF, IN_MOVE_SELF, IN_ONLYDIR
 _WATCHED = 0x4 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800 | 0x01000000
 _IN_Q_OVERFLOW = 0x4000
+_IN_IGNORED = 0x8000  # the watch was removed (its folder deleted, or inotify_rm_watch)
 _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then len bytes of name)
 _EVENT_MAX = _EVENT.size + 256  # NAME_MAX + 1
 _EVENTS_READ = 2**16
