@@ -510,3 +510,14 @@ def test_the_viewer_timing_builds_the_readmes_page_of_a_run_folder_and_reports_a
     assert timed["experiment"] == "runs" and timed["cpu_s"] > 0 and timed["wall_s"] > 0
     missing = bench.time_viewer(tmp_path / "nothing-here")
     assert missing["experiment"] == "nothing-here" and "nothing-here" in missing["failed"]
+
+
+def test_the_breakdowns_profiler_counts_cpu_time_so_waiting_for_the_tool_worker_is_not_a_stage():
+    import pstats
+    import time
+
+    profiler = breakdown.cpu_profiler()
+    profiler.enable()
+    time.sleep(0.3)  # as the environment waits for the worker's reply: no CPU of this process
+    profiler.disable()
+    assert sum(breakdown.stage_seconds(pstats.Stats(profiler)).values()) < 0.1

@@ -8,9 +8,11 @@ time goes to its callers' stages in proportion to what each spent in it. The too
 process: its CPU (after the stream, once the worker is stopped and reaped) is environment time. A job's
 executable streams share one worker and send their waiting calls to it in one batch, so the stream's CPU
 is measured as its job runs it: all the job's seeds at once, divided among them (the worker's start and
-the batched round trips shared as in `make reproduce`); the profile of one stream splits this process's
-part by stage. A stage's share of the profiled time, times the stream's CPU measured without the
-profiler, is that stage's CPU; times the experiment's streams, the experiment's.
+the batched round trips shared as in `make reproduce`), and the same run, profiled on a CPU clock,
+splits this process's part by stage (on a wall clock, the time spent waiting for the worker counted as
+this process's environment time, beside the worker's own CPU). A stage's share of the profiled time,
+times the stream's CPU measured without the profiler, is that stage's CPU; times the experiment's
+streams, the experiment's.
 Everything runs on one CPU, as `make reproduce` runs a job and the processes it starts
 (`runners.launch.slots`): a tool call costs the worker and its job less CPU on one core than across
 two. Configuration per job is measured apart: one composition of the job's
@@ -130,8 +132,10 @@ def profile_stream(
 ) -> dict[str, Any]:
     """One stream of `overrides` through the runner into a temporary folder: timed (CPU of this process
     and of the tool worker) with `together` seeds from `seed` on running at once, as a job runs them, and
-    divided among them; then profiled alone. Its episodes, CPU seconds and CPU per stage. `warm`: run it
-    once before, untimed (imports and caches, as a job's first stream finds them)."""
+    divided among them; then profiled. Its episodes, CPU seconds and CPU per stage. `warm`: run it
+    once before, untimed (imports and caches, as a job's first stream finds them). The profiled run is
+    the timed one again (the same seeds at once: a batched tool call costs the job other work than one
+    sent alone), under a CPU clock (`cpu_profiler`)."""
     spec = compose_spec([*overrides, "progress=false"])
     with tempfile.TemporaryDirectory(prefix="tepa-bench-breakdown-") as tmp:
         one = replace(spec, seeds=(seed,), name="bench")
@@ -141,15 +145,21 @@ def profile_stream(
         seeds = tuple(range(seed, seed + together))
         summary = asyncio.run(run_spec(replace(one, seeds=seeds, results_dir=f"{tmp}/timed")))
         own, child = (time.process_time() - own) / together, (children_cpu() - child) / together
-        profiler = cProfile.Profile()
+        profiler = cpu_profiler()
         profiler.enable()
-        asyncio.run(run_spec(replace(one, results_dir=f"{tmp}/profiled")))
+        asyncio.run(run_spec(replace(one, seeds=seeds, results_dir=f"{tmp}/profiled")))
         profiler.disable()
     profiled = stage_seconds(pstats.Stats(profiler))
     total = sum(profiled.values()) or 1.0
     stages = {stage: own * seconds / total for stage, seconds in profiled.items()}
     stages["environment"] += child  # the tool worker
     return {"episodes": summary.episodes_run / together, "cpu_s": own + child, "stages": stages}
+
+
+def cpu_profiler() -> cProfile.Profile:
+    """A profiler that counts CPU time, not wall time: waiting for the tool worker's reply is not the
+    environment's CPU (the worker's own is added apart), and on a wall clock it inflated that stage."""
+    return cProfile.Profile(time.process_time)
 
 
 def composition_seconds(overrides: Sequence[str], repeats: int = 3) -> float:
