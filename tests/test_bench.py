@@ -16,7 +16,7 @@ from runners.bench import memory as bench_memory
 from runners.bench import suite as bench
 from runners.launch import reproduce
 from runners.launch.reproduce import Step
-from runners.registry import build_memory
+from runners.registry import build_memory, swept_memories
 from tepa.evidence import Evidence
 from tepa.tepa_full import TEPAFull
 from tests.helpers.shared_data import DATA_DIR
@@ -521,3 +521,15 @@ def test_the_breakdowns_profiler_counts_cpu_time_so_waiting_for_the_tool_worker_
     time.sleep(0.3)  # as the environment waits for the worker's reply: no CPU of this process
     profiler.disable()
     assert sum(breakdown.stage_seconds(pstats.Stats(profiler)).values()) < 0.1
+
+
+def test_configuration_counts_the_compositions_make_reproduce_makes_of_each_experiments_jobs():
+    # the first experiment's jobs run in worker processes, which compose them again; the others run in
+    # the sweep's process on the sweeper's configs; MemoryAgentBench's jobs override env.source, so its
+    # run identity composes each memory's options once (counted in a real multirun: 30 + 5)
+    points = {e: list(breakdown.sweep_points(e)) for e in breakdown.EXPERIMENTS}
+    first, *others = breakdown.EXPERIMENTS
+    assert breakdown.compositions(first, points[first]) == 2 * len(points[first])
+    for experiment in others:
+        extra = len(swept_memories(experiment)) if experiment == "paper_memoryagentbench" else 0
+        assert breakdown.compositions(experiment, points[experiment]) == len(points[experiment]) + extra

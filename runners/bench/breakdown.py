@@ -15,10 +15,10 @@ times the stream's CPU measured without the profiler, is that stage's CPU; times
 streams, the experiment's.
 Everything runs on one CPU, as `make reproduce` runs a job and the processes it starts
 (`runners.launch.slots`): a tool call costs the worker and its job less CPU on one core than across
-two. Configuration per job is measured apart: one composition of the job's
-config, times the three compositions a Hydra multirun makes of each job (the sweeper checks every job
-before launching it, the launcher's worker composes it again, the run composes its options alone for
-the run identity).
+two. Configuration is measured apart: one composition of a job's config (the median over the jobs),
+times the compositions `make reproduce` makes of the experiment's jobs (`compositions`: the sweeper's
+check of each, the launcher's worker's where jobs run in worker processes, the run identity's where
+jobs override a value).
 
 The floor of an environment is what an episode cannot avoid: the memory operations (retrieve,
 observe, feedback), rendering the prompt and the reader parsing it, from the same profile; for
@@ -45,6 +45,7 @@ from runners.bench.clock import children_cpu
 from runners.bench.memory import median
 from runners.compose import compose_config, compose_spec
 from runners.config import ConfigError
+from runners.launch import reproduce
 from runners.launch import slots as job_slots
 from runners.registry import swept_memories
 from runners.run import run_spec
@@ -74,9 +75,7 @@ _RULES = (
 _STDLIB = os.path.join(sysconfig.get_paths()["stdlib"], "").replace(os.sep, "/")
 #: The stages whose work no episode can skip (the memory operations, the prompt, the reader parsing it).
 FLOOR_STAGES = ("memory", "prompt", "reader")
-#: Compositions of one job's config in a Hydra multirun (sweeper check, worker, run identity).
-COMPOSITIONS_PER_JOB = 3
-EXPERIMENTS = ("paper_executable", "paper_memoryagentbench", "paper_controlled", "paper_preference")
+EXPERIMENTS = reproduce.EXPERIMENTS
 #: The experiments whose job's streams share a tool worker and its batched round trips: timed all at once.
 SHARED_WORKER = ("paper_executable",)
 #: MemoryAgentBench's sweep over sources (conf/experiment/paper_memoryagentbench.yaml).
@@ -173,6 +172,23 @@ def composition_seconds(overrides: Sequence[str], repeats: int = 3) -> float:
     return median(times)
 
 
+def compositions(experiment: str, points: Sequence[Sequence[str]]) -> int:
+    """How many times `make reproduce` composes a config for the experiment's jobs (`points`): once each
+    when the sweeper checks it; again in the launcher's worker process when its jobs run there (the
+    experiment that runs two at a time; one at a time, they run in the sweep's process on the config its
+    check composed, `runners.launch.validated`); and once per option set for the run identity where the
+    jobs override a value of the config (a dotted key such as `env.source`: `runners.store.identity`,
+    once per process)."""
+    step = next(s for s in reproduce.steps("results") if s.name == experiment)
+    per_job = 1 if reproduce.ONE_JOB_AT_A_TIME in step.command else 2
+    valued = {
+        tuple(o for o in p if "." not in o.partition("=")[0])
+        for p in points
+        if any("." in o.partition("=")[0] for o in p)
+    }
+    return per_job * len(points) + len(valued)
+
+
 def sweep_points(experiment: str) -> Iterator[tuple[str, ...]]:
     """The overrides of each job of a paper experiment's sweep."""
     sources = MAB_SOURCES if experiment == "paper_memoryagentbench" else (None,)
@@ -216,7 +232,8 @@ def _breakdown(experiments: Sequence[str], extra: Mapping[str, Sequence[str]], l
         for prof in profiles:
             for stage, seconds in prof["stages"].items():
                 stages[stage] += seconds * seeds
-        stages["configuration"] += COMPOSITIONS_PER_JOB * sum(composition_seconds(p) for p in points)
+        per_composition = median([composition_seconds(p) for p in points])
+        stages["configuration"] += compositions(experiment, points) * per_composition
         episodes = sum(p["episodes"] for p in profiles)
         cpu = sum(p["cpu_s"] for p in profiles)
         floor = sum(sum(p["stages"][s] for s in FLOOR_STAGES) for p in profiles)

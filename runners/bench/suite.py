@@ -754,9 +754,10 @@ def _breakdown_markdown(report: dict[str, Any]) -> list[str]:
         return []
     out = [
         "",
-        "**Where the CPU goes** (one stream of every job profiled, the stages' shares times its CPU "
-        "measured without the profiler, times the experiment's seeds; configuration: one Hydra "
-        "composition of each job, times the three a multirun makes; CPU seconds):",
+        "**Where the CPU goes** (one stream of every job profiled on a CPU clock, the stages' shares "
+        "times its CPU measured without the profiler, times the experiment's seeds; configuration: one "
+        "Hydra composition of a job, times the compositions `make reproduce` makes of the experiment's "
+        "jobs; CPU seconds):",
         "",
         "| experiment | jobs | streams | " + " | ".join(STAGES) + " | total |",
         "|---|---:|---:|" + "---:|" * (len(STAGES) + 1),
