@@ -357,3 +357,28 @@ def test_bad_tasks_raise(env):
         env.execute(Task(key=0, text="", phase="stable", t=10**6), task.correct)
     with pytest.raises(ValueError, match="seed"):
         env.reset(-1)
+
+
+def test_a_stream_shuffles_the_options_exactly_as_random_sample_does():
+    import random
+
+    from envs.executable_drift.env import _shuffled
+
+    for n in range(0, 8):
+        options = tuple(f"o{i}" for i in range(n))
+        mine, theirs = random.Random(n), random.Random(n)
+        for _ in range(200):
+            assert _shuffled(mine, options) == tuple(theirs.sample(options, n))
+        assert mine.random() == theirs.random()  # the same draws taken
+
+
+def test_the_regime_of_an_episode_is_the_same_whichever_episode_was_asked_for_before():
+    env = ExecutableDrift(phase_length=3, reversal_rate=0.3)
+    try:
+        env.reset(4)
+        order = [5, 5, 0, 11, 2, 5, 7, 0]
+        fresh = {t: env.versions_at(t) for t in sorted(set(order))}
+        env.reset(4)
+        assert [env.versions_at(t) for t in order] == [fresh[t] for t in order]
+    finally:
+        env.close()

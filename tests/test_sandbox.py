@@ -485,3 +485,11 @@ def test_clearing_a_path_the_last_sweep_saw_absent_still_removes_what_was_plante
     (root / "build").write_text("in the way")
     box.clear("build/x.tar.gz")
     assert not (root / "build").exists() and (tmp_path / "moved").is_dir()
+
+
+def test_a_written_path_is_named_as_relative_names_it_normalised(tmp_path):
+    box = Sandbox(tmp_path)
+    for path in ["out/x.json", "./out//x.json", "a/../b", str(tmp_path / "c" / "d"), "/elsewhere/x", "."]:
+        expected = box.relative(os.path.normpath(os.path.join(box.root, path)))
+        assert box.named(path) == expected
+        assert box.named(path) == expected  # kept

@@ -145,6 +145,7 @@ class ExecutableDrift(EnvironmentBase):
         self._layout = Layout({}, frozenset())
         self._trial_rng = random.Random(0)
         self._now = 0
+        self._regime_t, self._regime = -1, {}  # the last regime asked for and its episode: see _regime_at
         self._tool_calls = 0  # calls that reached a tool: only those can leave what a sweep removes
         self._touched: list[str] | None = []  # what the calls since the last sweep wrote (None: unknown)
         self._died = False  # a call of the current try found its process dead (see _swept)
@@ -207,6 +208,7 @@ class ExecutableDrift(EnvironmentBase):
             )
         self._noise = self.outcome_noise.draws(random.Random(f"{self.name}/{self._seed}/noise"), len(self))
         self._now = 0
+        self._regime_t = -1  # see _regime_at
 
     def tasks(self) -> Iterator[Task]:
         self._require_reset()
@@ -355,7 +357,7 @@ class ExecutableDrift(EnvironmentBase):
         written = program.written(argv[1:], version) if program is not None else None
         path = None
         if written is not None and not result.stopped:
-            path = sandbox.relative(os.path.normpath(os.path.join(sandbox.root, written)))
+            path = sandbox.named(written)
         sandbox.forget(path)  # an input it wrote in place is read again before the next call
         if self._touched is not None:  # see _swept
             if path is None:
@@ -412,7 +414,7 @@ class ExecutableDrift(EnvironmentBase):
                 text=job.text,
                 phase=PHASES[t // self.phase_length],
                 t=t,
-                options=tuple(rng.sample(job.options, len(job.options))),
+                options=_shuffled(rng, job.options),
                 correct=right,
                 meta={"tool": job.tool.name, "version": version},
             )
@@ -446,10 +448,15 @@ class ExecutableDrift(EnvironmentBase):
         )
 
     def _regime_at(self, t: int) -> dict[str, str]:
+        """The regime at episode `t` (read-only: the last one is kept, as the task, the call and the
+        truth of one episode ask for it in turn)."""
+        if t == self._regime_t:
+            return self._regime
         regime = self._regimes[min(max(t, 0) // self.phase_length, len(PHASES) - 1)]
-        if self._schedule is None:
-            return regime
-        return {name: self._schedule.at(name, t) for name in regime}
+        if self._schedule is not None:
+            regime = {name: self._schedule.at(name, t) for name in regime}
+        self._regime_t, self._regime = t, regime
+        return regime
 
     def _job_of(self, key: Any) -> Job:
         job = _lookup(self._jobs, key)
@@ -478,6 +485,23 @@ def _at_once(work: Coroutine[Any, Any, _T]) -> _T:
         return done.value
     work.close()
     raise RuntimeError("a tool call made at once waited for a batch")
+
+
+def _shuffled(rng: random.Random, options: tuple[str, ...]) -> tuple[str, ...]:
+    """`tuple(rng.sample(options, len(options)))`, drawn as CPython's `sample` draws a small population
+    (one `_randbelow` per pick, the pool's last element moved into the gap), without its argument checks
+    and set-size arithmetic, which cost more than the draws (a test holds it to `sample`)."""
+    n = len(options)
+    if n > 21:
+        return tuple(rng.sample(options, n))
+    pool = list(options)
+    picked = []
+    randbelow = rng._randbelow  # type: ignore[attr-defined]
+    for i in range(n):
+        j = randbelow(n - i)
+        picked.append(pool[j])
+        pool[j] = pool[n - i - 1]
+    return tuple(picked)
 
 
 def remove_stale_sandboxes(parent: str | None) -> list[Path]:

@@ -39,6 +39,7 @@ from typing import Any, BinaryIO, ClassVar, TypeVar
 MAX_INVOCATION_CHARS = 2000
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC  # a folder, never through a link
 _T = TypeVar("_T")
+_NAMED_MAX = 1024
 
 
 class Refused(ValueError):
@@ -63,6 +64,7 @@ class Sandbox:
         self._watch: _Watch | None = None  # made by the first sweep (tools' sandboxes never sweep)
         self._watched: dict[str, int] = {}  # the sweep's folders watched: path -> the descriptor watched
         self._dirty: set[str] = set()  # watched folders with an event that no sweep has looked at yet
+        self._named: dict[str, str] = {}  # see named
         weakref.finalize(self, _close_all, self._fd, self._held)
 
     def resolve(self, path: str) -> Path:
@@ -301,6 +303,17 @@ class Sandbox:
         if tail and tail[0] != "/" and os.path.normpath(text) == text:
             return tail  # what relpath gives when there is nothing to normalise, at a tenth of the cost
         return os.path.relpath(text, self._root)
+
+    def named(self, path: str) -> str:
+        """`relative` of `path` (root-relative or absolute) joined to the root and normalised: how the
+        environment names the file a call wrote. A pure function of the string, kept for the few paths
+        agents write again and again (at most `_NAMED_MAX`)."""
+        name = self._named.get(path)
+        if name is None:
+            if len(self._named) >= _NAMED_MAX:
+                self._named.clear()
+            name = self._named[path] = self.relative(os.path.normpath(os.path.join(self._root, path)))
+        return name
 
     def scrub(self, text: str) -> str:
         """`text` with the sandbox's absolute location taken out of every path in it."""
