@@ -488,12 +488,11 @@ def _at_once(work: Coroutine[Any, Any, _T]) -> _T:
 
 
 def _shuffled(rng: random.Random, options: tuple[str, ...]) -> tuple[str, ...]:
-    """`tuple(rng.sample(options, len(options)))`, drawn as CPython's `sample` draws a small population
-    (one `_randbelow` per pick, the pool's last element moved into the gap), without its argument checks
-    and set-size arithmetic, which cost more than the draws (a test holds it to `sample`)."""
+    """`tuple(rng.sample(options, len(options)))`, drawn as CPython's `sample` draws a whole population
+    (always its pool path: one `_randbelow` per pick, the pool's last element moved into the gap),
+    without its argument checks and set-size arithmetic, which cost more than the draws (a test holds it
+    to `sample`)."""
     n = len(options)
-    if n > 21:
-        return tuple(rng.sample(options, n))
     pool = list(options)
     picked = []
     randbelow = rng._randbelow  # type: ignore[attr-defined]

@@ -181,12 +181,12 @@ def compositions(experiment: str, points: Sequence[Sequence[str]]) -> int:
     once per process)."""
     step = next(s for s in reproduce.steps("results") if s.name == experiment)
     per_job = 1 if reproduce.ONE_JOB_AT_A_TIME in step.command else 2
-    valued = {
-        tuple(o for o in p if "." not in o.partition("=")[0])
-        for p in points
-        if any("." in o.partition("=")[0] for o in p)
-    }
-    return per_job * len(points) + len(valued)
+    identities = set()
+    for point in points:
+        groups = tuple(o for o in point if "." not in o.partition("=")[0])
+        if len(groups) < len(point):  # a value override
+            identities.add(groups)
+    return per_job * len(points) + len(identities)
 
 
 def sweep_points(experiment: str) -> Iterator[tuple[str, ...]]:
