@@ -3,7 +3,12 @@ run which commands in which order, the ratios and the scaled figures, and the re
 is asserted."""
 
 import json
+import os
+import signal
 import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -135,3 +140,104 @@ def test_the_scaled_figures_are_rows_of_the_targets_and_the_pairs_a_paragraph_of
 def test_make_bench_times_against_the_targets_reference():
     recipe = (ROOT / "Makefile").read_text().split("\nbench:")[1].split("\n\n")[0]
     assert "-m runners.bench --out results/bench.json --reference" in recipe
+
+
+def test_together_a_pairs_trees_run_at_the_same_time_on_swapped_cpus_and_the_first_done_keeps_running(
+    tmp_path, monkeypatch
+):
+    commit = _repo(tmp_path / "repo")
+    monkeypatch.setattr(reference, "two_cpus", lambda: (3, 5))
+    both_started = threading.Barrier(2, timeout=10)
+    calls = []
+    lock = threading.Lock()
+
+    def timer(tree: Path, cpu: int, lane=None) -> dict:
+        side = "this" if tree == tmp_path / "repo" else "reference"
+        with lock:
+            calls.append((side, cpu, lane is not None))
+        if lane is not None:  # a filler: runs until the other side's timing ends and stops it
+            deadline = time.monotonic() + 10
+            while not lane.stopped and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert lane.stopped
+            return {"wall_s": 0.0, "cpu_s": 0.0, "analysis_s": 0.0}
+        both_started.wait()  # neither timing starts alone
+        if side == "reference":
+            time.sleep(0.2)  # ends last: this tree fills in meanwhile
+        value = 100.0 if side == "reference" else 60.0
+        return {"wall_s": value, "cpu_s": 2 * value, "analysis_s": value / 10}
+
+    out = reference.paired(commit, tmp_path / "repo", pairs=2, timer=timer, together=True)
+    timed = [(side, cpu) for side, cpu, filler in calls if not filler]
+    assert sorted(timed[:2]) == [("reference", 3), ("this", 5)]  # pair 1: the reference on the first CPU
+    assert sorted(timed[2:]) == [("reference", 5), ("this", 3)]  # pair 2: swapped
+    assert ("this", 5, True) in calls and ("this", 3, True) in calls  # the first done kept its CPU busy
+    assert not any(side == "reference" and filler for side, _, filler in calls)
+    assert out["together"] is True and out["ratios"] == {"wall_s": 0.6, "cpu_s": 0.6, "analysis_s": 0.6}
+
+
+def test_stopping_a_lane_kills_its_command_and_every_process_it_started(tmp_path):
+    pid_file = tmp_path / "grandchild.pid"
+    script = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(60)\n"
+    )
+    lane = reference.Lane()
+    result = {}
+    thread = threading.Thread(
+        target=lambda: result.update(run=reference._run([sys.executable, "-c", script], tmp_path, lane))
+    )
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    grandchild = int(pid_file.read_text())
+    lane.stop()
+    thread.join(timeout=20)
+    assert not thread.is_alive() and result["run"][0] == -signal.SIGKILL
+    for _ in range(200):  # the grandchild, orphaned and killed, is reaped by init
+        if not Path(f"/proc/{grandchild}").exists() or "Z" in _state(grandchild):
+            break
+        time.sleep(0.05)
+    assert not Path(f"/proc/{grandchild}").exists() or "Z" in _state(grandchild)
+    assert reference.Lane().stopped is False
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pins processes to CPUs (Linux)")
+def test_a_tree_timed_on_a_cpu_runs_there_with_one_slot_and_counts_only_its_own_cpu(tmp_path):
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    tree = tmp_path / "tree"
+    for package in ("runners", "runners/launch", "analysis"):
+        (tree / package).mkdir(parents=True)
+        (tree / package / "__init__.py").write_text("")
+    (tree / "runners/launch/reproduce.py").write_text(
+        "import os, pathlib, sys, time\n"
+        "out = pathlib.Path(sys.argv[sys.argv.index('--results-dir') + 1])\n"
+        "(out / 'runs').mkdir(parents=True)\n"
+        "(out / 'seen').write_text(repr((sorted(os.sched_getaffinity(0)), sys.argv[-2:])))\n"
+        "end = time.process_time() + 0.3\n"
+        "while time.process_time() < end: pass\n"
+    )
+    (tree / "analysis/__main__.py").write_text(
+        "import pathlib, sys\n"
+        "out = pathlib.Path(sys.argv[sys.argv.index('--out') + 1])\n"
+        "print((out / 'seen').read_text())\n"
+        f"assert (out / 'seen').read_text() == {repr(repr(([cpu], ['--slots', '1'])))}\n"
+    )
+    before = os.sched_getaffinity(0)
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(out=reference.time_tree(tree, cpu)))
+    thread.start()
+    thread.join()
+    assert os.sched_getaffinity(0) == before  # the timing thread's pin, not this one's
+    assert "failed" not in result["out"], result["out"]
+    assert 0.25 <= result["out"]["cpu_s"] < 5  # its commands' CPU, the busy loop included

@@ -14,17 +14,19 @@ folder (the reference's is `git archive`d from this repository), into a temporar
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import statistics
 import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-from runners.bench.clock import children_cpu
 
 #: The commit the targets of `make reproduce` were set against, and its figures then (wall and CPU
 #: seconds, the analysis' wall seconds; a quiet 2-core machine, 2026-12-03): the targets (100 s wall,
@@ -65,52 +67,153 @@ def extract(commit: str, root: Path, into: Path) -> Path:
     return into
 
 
-def time_tree(tree: Path) -> dict[str, Any]:
+def time_tree(tree: Path, cpu: int | None = None, lane: Lane | None = None) -> dict[str, Any]:
     """Wall and CPU seconds of `tree`'s `make reproduce` commands into a temporary results folder, and
-    the analysis' wall seconds; on a failure, the failed command's last lines under `failed`."""
+    the analysis' wall seconds; on a failure, the failed command's last lines under `failed`. `cpu`: on
+    that CPU alone (the calling thread is pinned to it, and `make reproduce` gets one slot, on it);
+    `lane`: the commands can be stopped from another thread (`Lane.stop`), as a filler's are."""
     with tempfile.TemporaryDirectory(prefix="tepa-bench-pair-") as tmp:
         out = f"{tmp}/results"
+        slots = [] if cpu is None else ["--slots", "1"]
         commands = (
-            [sys.executable, "-m", "runners.launch.reproduce", "--results-dir", out],
+            [sys.executable, "-m", "runners.launch.reproduce", "--results-dir", out, *slots],
             [sys.executable, "-m", "analysis", "--runs", f"{out}/runs", "--out", out, "--quiet"],
         )
-        start, cpu = time.perf_counter(), children_cpu()
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})  # this thread's: the processes it starts inherit it
+        start, used = time.perf_counter(), 0.0
         marks = []
         for command in commands:
-            done = subprocess.run(command, cwd=tree, capture_output=True, text=True)
+            code, seconds, output = _run(command, tree, lane)
+            used += seconds
             marks.append(time.perf_counter())
-            if done.returncode:
-                tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-                return {"failed": f"{' '.join(command[1:3])}: exit {done.returncode}: {' / '.join(tail)}"}
-        cpu = children_cpu() - cpu
+            if code:
+                tail = output.strip().splitlines()[-3:]
+                return {"failed": f"{' '.join(command[1:3])}: exit {code}: {' / '.join(tail)}"}
     return {
         "wall_s": round(marks[-1] - start, 1),
-        "cpu_s": round(cpu, 1),
+        "cpu_s": round(used, 1),
         "analysis_s": round(marks[-1] - marks[0], 1),
     }
 
 
+def _run(command: list[str], cwd: Path, lane: Lane | None) -> tuple[int, float, str]:
+    """Run `command` in `cwd` to its end: its exit status, the CPU seconds of it and of the processes it
+    waited for (its own figure: another tree may be timed at the same time), and its output."""
+    with tempfile.TemporaryFile() as log:
+        group = lane is not None  # a process group of its own, for `Lane.stop` to kill
+        proc = subprocess.Popen(
+            command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=group
+        )
+        if lane is not None:
+            lane.started(proc)
+        _, status, usage = os.wait4(proc.pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        if lane is not None:
+            lane.ended(proc, code)
+        else:
+            proc.returncode = code
+        log.seek(0)
+        return code, usage.ru_utime + usage.ru_stime, log.read().decode(errors="replace")
+
+
+class Lane:
+    """The commands one thread runs, which another can stop: a filler's, killed (its whole process group)
+    when the timing it keeps company ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.stopped = False
+
+    def started(self, proc: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self._proc = proc
+            if self.stopped:
+                _kill(proc)
+
+    def ended(self, proc: subprocess.Popen[bytes], code: int) -> None:
+        with self._lock:
+            proc.returncode, self._proc = code, None
+
+    def stop(self) -> None:
+        with self._lock:
+            self.stopped = True
+            if self._proc is not None:
+                _kill(self._proc)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the process group of `proc` (started in its own session, not reaped yet)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def side_by_side(
+    sides: dict[str, Path], cpus: tuple[int, int], timer: Callable[..., dict[str, Any]] = time_tree
+) -> dict[str, dict[str, Any]]:
+    """Each side's tree timed at the same time as the other's, on its own CPU (the first side on the
+    first): both timings see the same machine, however its speed drifts. A side that ends first runs
+    its commands again, untimed, until the other ends, so neither timing ran beside an idle core."""
+    names = list(sides)
+    lanes = {name: Lane() for name in names}
+    results: dict[str, dict[str, Any]] = {}
+
+    def lane(name: str, cpu: int) -> None:
+        results[name] = timer(sides[name], cpu)
+        (other,) = (n for n in names if n != name)
+        lanes[other].stop()
+        while not lanes[name].stopped:
+            timer(sides[name], cpu, lanes[name])
+
+    threads = [threading.Thread(target=lane, args=(n, c)) for n, c in zip(names, cpus, strict=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def two_cpus() -> tuple[int, int]:
+    """Two CPUs this process may use (ValueError, one line, when there are fewer or none can be pinned)."""
+    if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
+        raise ValueError("--reference-together needs two CPUs it can pin processes to (Linux)")
+    first, second = sorted(os.sched_getaffinity(0))[:2]
+    return first, second
+
+
 def paired(
-    commit: str, root: Path, pairs: int = 1, timer: Callable[[Path], dict[str, Any]] = time_tree
+    commit: str,
+    root: Path,
+    pairs: int = 1,
+    timer: Callable[..., dict[str, Any]] = time_tree,
+    together: bool = False,
 ) -> dict[str, Any]:
     """`pairs` pairs of timings of the reference `commit` and of the tree at `root`, in ABBA order (the
     reference first in odd pairs, this tree first in even ones), with the median of the pairs' ratios
-    and, when `commit` is TARGET_REFERENCE's, this tree's figures scaled to the reference's there."""
+    and, when `commit` is TARGET_REFERENCE's, this tree's figures scaled to the reference's there.
+    `together`: a pair's two timings run at the same time, each on its own CPU (`side_by_side`; the
+    reference on the first CPU in odd pairs, on the second in even ones)."""
     full = resolve(commit, root)
+    cpus = two_cpus() if together else None
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="tepa-bench-reference-") as tmp:
         tree = extract(full, root, Path(tmp) / "tree")
         for i in range(pairs):
             order = ("reference", "this") if i % 2 == 0 else ("this", "reference")
-            pair = {side: timer(tree if side == "reference" else root) for side in order}
+            trees = {side: tree if side == "reference" else root for side in order}
+            if cpus is None:
+                pair = {side: timer(path) for side, path in trees.items()}
+            else:
+                pair = side_by_side(trees, cpus, timer)
             runs.append({"reference": pair["reference"], "this": pair["this"]})
             if any("failed" in side for side in pair.values()):
-                return {"commit": full, "pairs": runs, "failed": _failure(pair)}
+                return {"commit": full, "pairs": runs, "failed": _failure(pair), "together": together}
     ratios = {
         figure: round(statistics.median(run["this"][figure] / run["reference"][figure] for run in runs), 3)
         for figure in FIGURES
     }
-    report: dict[str, Any] = {"commit": full, "pairs": runs, "ratios": ratios}
+    report: dict[str, Any] = {"commit": full, "pairs": runs, "ratios": ratios, "together": together}
     if full == TARGET_REFERENCE["commit"]:
         report["scaled"] = {f: round(ratios[f] * TARGET_REFERENCE[f], 1) for f in FIGURES}
     return report

@@ -44,7 +44,7 @@ from runners.bench.breakdown import FLOOR_STAGES, STAGES
 from runners.bench.breakdown import breakdown as cpu_breakdown
 from runners.bench.clock import children_cpu
 from runners.bench.map_timing import MAP_BUDGET_S, time_map
-from runners.bench.reference import TARGET_REFERENCE, paired, resolve
+from runners.bench.reference import TARGET_REFERENCE, paired, resolve, two_cpus
 from runners.bench.retrieval import retrieval_cost, run_cost
 from runners.bench.samples import sample_cost
 from runners.bench.testsuite import TEST_BUDGET_S, time_tests
@@ -129,6 +129,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--reference-pairs", type=int, default=1, help="pairs of timings with --reference (median ratio)"
     )
+    parser.add_argument(
+        "--reference-together",
+        action="store_true",
+        help="with --reference, time a pair's two trees at the same time, each on its own CPU, instead of "
+        "back to back (the same machine for both, however its speed drifts; two CPUs needed)",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one repetition: a smoke run")
     parser.add_argument(
         "--only",
@@ -162,6 +168,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.reference is not None:
         try:
             args.reference = resolve(args.reference, PROJECT_ROOT)
+            if args.reference_together:
+                two_cpus()
         except ValueError as exc:
             parser.error(str(exc))
     return args
@@ -355,7 +363,9 @@ def measure_reproduce(args: argparse.Namespace) -> dict[str, Any]:
     reference commit and this tree under `reference` (runners.bench.reference)."""
     section = time_reproduce(args.reproduce_dir)
     if args.reference is not None:
-        section["reference"] = paired(args.reference, PROJECT_ROOT, args.reference_pairs)
+        section["reference"] = paired(
+            args.reference, PROJECT_ROOT, args.reference_pairs, together=args.reference_together
+        )
     return section
 
 
@@ -719,14 +729,17 @@ def _reference_markdown(reference: dict[str, Any] | None) -> list[str]:
         f"against {p['this'].get('wall_s', 'failed')} s / {p['this'].get('cpu_s', '-')} CPU s"
         for p in reference["pairs"]
     )
+    how = (
+        "at the same time, each on its own CPU with one slot (a tree that ended first ran again, untimed, "
+        "until the other ended; the CPUs swapped from pair to pair)"
+        if reference.get("together")
+        else "back to back"
+    )
     if "failed" in reference:
-        return [
-            "",
-            f"Timed against commit {commit} back to back: **failed** ({reference['failed']}); {pairs}.",
-        ]
+        return ["", f"Timed against commit {commit} {how}: **failed** ({reference['failed']}); {pairs}."]
     ratios = reference["ratios"]
     text = (
-        f"Timed against commit {commit} back to back, {len(reference['pairs'])} pair(s) ({pairs}): this "
+        f"Timed against commit {commit} {how}, {len(reference['pairs'])} pair(s) ({pairs}): this "
         f"tree takes {ratios['wall_s']:g} x its wall time, {ratios['cpu_s']:g} x its CPU time and "
         f"{ratios['analysis_s']:g} x its analysis' wall time (medians of the pairs' ratios)."
     )
