@@ -86,10 +86,11 @@ figures: $(STAMP) ## tables, figures and README.md: the listed experiments into 
 	else $(BIN)/python -m analysis --runs results/runs --out results --listed-in results --others-to results/report; fi
 
 # Benchmarks (memory-operation throughput, prompt footprint, end to end, scaling, make reproduce's wall
-# time, and against the commit its targets were set at, back to back: --reference) into
-# results/bench.json and results/bench.md, then results/README.md picks up the table.
+# time, and against the commit its targets were set at: --reference, two pairs, each pair's trees at the
+# same time on their own CPUs, swapped between the pairs) into results/bench.json and results/bench.md,
+# then results/README.md picks up the table.
 bench: $(STAMP) $(ADAPTERS_STAMP) ## benchmarks into results/bench.{json,md}
-	$(BIN)/python -m runners.bench --out results/bench.json --reference
+	$(BIN)/python -m runners.bench --out results/bench.json --reference --reference-together --reference-pairs 2
 	@if [ -d results/runs ]; then $(MAKE) figures; else echo "results/runs is empty: run make reproduce for the report"; fi
 
 # Calibrate the simulated reader on No Memory and Oracle Reset, and the sensitivity of the results to it.

@@ -241,3 +241,23 @@ def test_a_tree_timed_on_a_cpu_runs_there_with_one_slot_and_counts_only_its_own_
     assert os.sched_getaffinity(0) == before  # the timing thread's pin, not this one's
     assert "failed" not in result["out"], result["out"]
     assert 0.25 <= result["out"]["cpu_s"] < 5  # its commands' CPU, the busy loop included
+
+
+def test_the_report_says_when_a_pairs_trees_ran_at_the_same_time_and_the_command_names_the_options():
+    report = json.loads((ROOT / "results" / "bench.json").read_text())
+    pair = {"reference": {"wall_s": 400.0, "cpu_s": 400.0}, "this": {"wall_s": 280.0, "cpu_s": 280.0}}
+    report["reproduce"] = dict(
+        report["reproduce"],
+        reference={
+            "commit": reference.TARGET_REFERENCE["commit"],
+            "pairs": [pair],
+            "ratios": {"wall_s": 0.7, "cpu_s": 0.7, "analysis_s": 0.8},
+            "together": True,
+        },
+    )
+    md = bench.render_markdown(report)
+    assert "at the same time, each on its own CPU with one slot" in md and "back to back" not in md
+    args = bench.parse_args(
+        ["--only", "reproduce", "--reference", "--reference-together", "--reference-pairs", "2"]
+    )
+    assert "--reference c21320c --reference-pairs 2 --reference-together" in bench._meta(args)["command"]

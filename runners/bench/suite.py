@@ -845,6 +845,17 @@ def _load() -> str:
         return "unknown"
 
 
+def _reference_options(args: argparse.Namespace) -> str:
+    """The `--reference` options of the command, as given (none without `--reference`)."""
+    if args.reference is None:
+        return ""
+    return (
+        f" --reference {args.reference[:7]}"
+        + (f" --reference-pairs {args.reference_pairs}" if args.reference_pairs != 1 else "")
+        + (" --reference-together" if args.reference_together else "")
+    )
+
+
 def _meta(args: argparse.Namespace) -> dict[str, Any]:
     try:
         commit = (
@@ -867,6 +878,7 @@ def _meta(args: argparse.Namespace) -> dict[str, Any]:
         "repeats": args.repeats,
         "command": "python -m runners.bench"
         + (f" --only {args.only}" if args.only else "")
+        + _reference_options(args)
         + (f" --out {args.out}" if args.out else ""),
         "load_average_start": _load(),
     }
