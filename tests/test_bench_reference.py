@@ -79,24 +79,30 @@ def test_a_failed_timing_stops_the_pairs_and_is_named(tmp_path):
     assert out["failed"] == "reference: runners.launch.reproduce: exit 1: boom"
 
 
-def test_a_tree_is_timed_running_its_own_reproduce_and_analysis_commands(tmp_path):
-    tree = tmp_path / "tree"
+def _fake_tree(tree: Path, reproduce: str, analysis: str) -> Path:
+    """A tree whose `make reproduce` commands run the scripts `reproduce` and `analysis`."""
     for package in ("runners", "runners/launch", "analysis"):
         (tree / package).mkdir(parents=True)
         (tree / package / "__init__.py").write_text("")
-    (tree / "runners/launch/reproduce.py").write_text(
+    (tree / "runners/launch/reproduce.py").write_text(reproduce)
+    (tree / "analysis/__main__.py").write_text(analysis)
+    return tree
+
+
+def test_a_tree_is_timed_running_its_own_reproduce_and_analysis_commands(tmp_path):
+    tree = tmp_path / "tree"
+    _fake_tree(
+        tree,
         "import pathlib, sys\n"
         "out = pathlib.Path(sys.argv[sys.argv.index('--results-dir') + 1])\n"
         "(out / 'runs').mkdir(parents=True)\n"
-        "(out / 'runs' / 'by').write_text(__file__)\n"
-    )
-    (tree / "analysis/__main__.py").write_text(
+        "(out / 'runs' / 'by').write_text(__file__)\n",
         "import pathlib, sys\n"
         "runs = pathlib.Path(sys.argv[sys.argv.index('--runs') + 1])\n"
         "assert (runs / 'by').read_text().startswith("
         + repr(str(tree))
         + "), 'not the tree s own reproduce'\n"
-        "assert sys.argv[-1] == '--quiet'\n"
+        "assert sys.argv[-1] == '--quiet'\n",
     )
     out = reference.time_tree(tree)
     assert set(out) == {"wall_s", "cpu_s", "analysis_s"} and out["wall_s"] >= out["analysis_s"] >= 0
@@ -215,23 +221,17 @@ def _state(pid: int) -> str:
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pins processes to CPUs (Linux)")
 def test_a_tree_timed_on_a_cpu_runs_there_with_one_slot_and_counts_only_its_own_cpu(tmp_path):
     cpu = sorted(os.sched_getaffinity(0))[-1]
-    tree = tmp_path / "tree"
-    for package in ("runners", "runners/launch", "analysis"):
-        (tree / package).mkdir(parents=True)
-        (tree / package / "__init__.py").write_text("")
-    (tree / "runners/launch/reproduce.py").write_text(
+    tree = _fake_tree(
+        tmp_path / "tree",
         "import os, pathlib, sys, time\n"
         "out = pathlib.Path(sys.argv[sys.argv.index('--results-dir') + 1])\n"
         "(out / 'runs').mkdir(parents=True)\n"
         "(out / 'seen').write_text(repr((sorted(os.sched_getaffinity(0)), sys.argv[-2:])))\n"
         "end = time.process_time() + 0.3\n"
-        "while time.process_time() < end: pass\n"
-    )
-    (tree / "analysis/__main__.py").write_text(
+        "while time.process_time() < end: pass\n",
         "import pathlib, sys\n"
         "out = pathlib.Path(sys.argv[sys.argv.index('--out') + 1])\n"
-        "print((out / 'seen').read_text())\n"
-        f"assert (out / 'seen').read_text() == {repr(repr(([cpu], ['--slots', '1'])))}\n"
+        f"assert (out / 'seen').read_text() == {repr(repr(([cpu], ['--slots', '1'])))}\n",
     )
     before = os.sched_getaffinity(0)
     result = {}
@@ -261,3 +261,21 @@ def test_the_report_says_when_a_pairs_trees_ran_at_the_same_time_and_the_command
         ["--only", "reproduce", "--reference", "--reference-together", "--reference-pairs", "2"]
     )
     assert "--reference c21320c --reference-pairs 2 --reference-together" in bench._meta(args)["command"]
+
+
+def test_together_a_failed_timing_runs_no_filler_and_the_pair_is_named_failed(tmp_path, monkeypatch):
+    commit = _repo(tmp_path / "repo")
+    monkeypatch.setattr(reference, "two_cpus", lambda: (0, 1))
+    calls = []
+
+    def timer(tree: Path, cpu: int, lane=None) -> dict:
+        side = "this" if tree == tmp_path / "repo" else "reference"
+        calls.append((side, lane is not None))
+        if side == "reference":
+            return {"failed": "runners.launch.reproduce: exit 1: boom"}
+        time.sleep(0.2)
+        return {"wall_s": 1.0, "cpu_s": 1.0, "analysis_s": 1.0}
+
+    out = reference.paired(commit, tmp_path / "repo", pairs=2, timer=timer, together=True)
+    assert sorted(calls) == [("reference", False), ("this", False)]  # one pair, no fillers
+    assert out["failed"] == "reference: runners.launch.reproduce: exit 1: boom" and out["together"] is True

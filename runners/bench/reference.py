@@ -163,8 +163,11 @@ def side_by_side(
         results[name] = timer(sides[name], cpu)
         (other,) = (n for n in names if n != name)
         lanes[other].stop()
+        if "failed" in results[name]:
+            return  # the pair has no ratio: nothing to keep company
         while not lanes[name].stopped:
-            timer(sides[name], cpu, lanes[name])
+            if "failed" in timer(sides[name], cpu, lanes[name]) and not lanes[name].stopped:
+                return  # failing on its own (not stopped): running it again would only fail again
 
     threads = [threading.Thread(target=lane, args=(n, c)) for n, c in zip(names, cpus, strict=True)]
     for thread in threads:
