@@ -203,10 +203,10 @@ def only(args: argparse.Namespace) -> int:
         "retrieval": lambda: retrieval(args),
         "samples": lambda: sample_cost(args.repeats, tree_bytes, **(QUICK_SAMPLES if quick else {})),
         "reproduce": lambda: measure_reproduce(args),  # run once: it is minutes long
-        "breakdown": lambda: cpu_breakdown(**(QUICK_BREAKDOWN if quick else {})),
+        "breakdown": lambda: cpu_breakdown(**(QUICK_BREAKDOWN if quick else {})),  # each stream once
         "tests": lambda: time_tests(PROJECT_ROOT),  # run once: it is minutes long
     }[args.only]
-    if args.only in ("reproduce", "tests"):
+    if args.only in ("reproduce", "breakdown", "tests"):
         args.repeats = 1
     meta = _meta(args)
     section = measure()
