@@ -1,6 +1,7 @@
-"""`make reproduce` timed against a reference commit back to back (runners.bench.reference): which trees
-run which commands in which order, the ratios and the scaled figures, and the report's rows. No timing
-is asserted."""
+"""`make reproduce` timed against a reference commit, back to back or side by side
+(runners.bench.reference): which trees run which commands in which order and on which CPU, the ratios
+and the scaled figures, and the report's rows. No timing of `make reproduce` is asserted (one fake
+tree's CPU is held to the busy loop it runs)."""
 
 import json
 import os
@@ -208,7 +209,6 @@ def test_stopping_a_lane_kills_its_command_and_every_process_it_started(tmp_path
             break
         time.sleep(0.05)
     assert not Path(f"/proc/{grandchild}").exists() or "Z" in _state(grandchild)
-    assert reference.Lane().stopped is False
 
 
 def _state(pid: int) -> str:

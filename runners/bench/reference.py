@@ -1,9 +1,11 @@
-"""`make reproduce` at a reference commit and at this tree, back to back: figures that compare across days.
+"""`make reproduce` at a reference commit and at this tree, in pairs: figures that compare across days.
 
 The same commit's `make reproduce` takes from about 220 to 360 CPU seconds on the same kind of shared
 2-core machine, from one day to the next and sometimes within the hour, so an absolute figure says as
 much about the machine as about the code. Timed in pairs (the reference, then this tree, then this tree
-and the reference, ...), the ratio of the two is what the code changed. Scaled by the figures the
+and the reference, ...), the ratio of the two is what the code changed; but the speed drifts within
+minutes too, so a pair can instead run at the same time, each tree on its own CPU (`side_by_side`, the
+CPUs swapped from pair to pair), and then both see the same machine. Scaled by the figures the
 reference had where the targets were set (TARGET_REFERENCE), it gives this tree's figures on that
 machine: the ones the targets are met against.
 
@@ -109,10 +111,9 @@ def _run(command: list[str], cwd: Path, lane: Lane | None) -> tuple[int, float, 
             lane.started(proc)
         _, status, usage = os.wait4(proc.pid, 0)
         code = os.waitstatus_to_exitcode(status)
+        proc.returncode = code
         if lane is not None:
-            lane.ended(proc, code)
-        else:
-            proc.returncode = code
+            lane.ended()
         log.seek(0)
         return code, usage.ru_utime + usage.ru_stime, log.read().decode(errors="replace")
 
@@ -132,9 +133,10 @@ class Lane:
             if self.stopped:
                 _kill(proc)
 
-    def ended(self, proc: subprocess.Popen[bytes], code: int) -> None:
+    def ended(self) -> None:
+        """The running command was reaped: its pid may be reused, so it is never killed now."""
         with self._lock:
-            proc.returncode, self._proc = code, None
+            self._proc = None
 
     def stop(self) -> None:
         with self._lock:
